@@ -1,0 +1,278 @@
+// Package s3 implements store.Store on any S3-compatible server with
+// minio-go v7. It is the only package that imports minio-go. It maps S3
+// error codes to the store's sentinel errors and pins ranged reads to an
+// ETag. It does not retry beyond a small bounded count (retries with backoff,
+// timeouts and hedging are store decorators), cache, or read flags and env:
+// the caller passes a Config.
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// Credentials are static keys; an empty AccessKey means anonymous access.
+type Credentials struct {
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+}
+
+// String never prints the secret, so a Config can be logged safely.
+func (c Credentials) String() string {
+	if c.AccessKey == "" {
+		return "anonymous"
+	}
+	return "key " + c.AccessKey[:min(4, len(c.AccessKey))] + "…"
+}
+
+// Config says where and how to reach the bucket.
+type Config struct {
+	// Endpoint is a URL (http://host:port or https://host); empty means AWS S3.
+	Endpoint string
+	Region   string
+	Bucket   string
+	// PathStyle forces path-style requests (needed by most non-AWS servers).
+	PathStyle   bool
+	Credentials Credentials
+	// MaxConns bounds idle keep-alive connections kept to the server; it
+	// should be at least the number of GETs in flight.
+	MaxConns int
+	// MaxRetries bounds minio-go's own retries of a request (default 3).
+	MaxRetries int
+}
+
+// Store is a store.Store backed by one bucket.
+type Store struct {
+	client *minio.Client
+	core   minio.Core
+	bucket string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New builds a client. It does not contact the server: call Check for that.
+func New(cfg Config) (*Store, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("s3: no bucket given")
+	}
+	host, secure := "s3.amazonaws.com", true
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("s3: endpoint %q: want http://host[:port] or https://host[:port]", cfg.Endpoint)
+		}
+		if u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("s3: endpoint %q: a path is not supported; give the bucket separately", cfg.Endpoint)
+		}
+		host, secure = u.Host, u.Scheme == "https"
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 256
+	}
+	if cfg.MaxRetries <= 0 {
+		cfg.MaxRetries = 3
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	var creds *credentials.Credentials
+	if cfg.Credentials.AccessKey != "" {
+		creds = credentials.NewStaticV4(cfg.Credentials.AccessKey, cfg.Credentials.SecretKey, cfg.Credentials.SessionToken)
+	} else {
+		creds = credentials.New(&credentials.Static{}) // anonymous
+	}
+	client, err := minio.New(host, &minio.Options{
+		Creds:        creds,
+		Secure:       secure,
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+		Transport:    newTransport(cfg.MaxConns),
+		MaxRetries:   cfg.MaxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
+	}
+	client.SetAppInfo("dataccel", "1")
+	return &Store{client: client, core: minio.Core{Client: client}, bucket: cfg.Bucket}, nil
+}
+
+func newTransport(maxConns int) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          maxConns,
+		MaxIdleConnsPerHost:   maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Objects are read as they are (images, shards): gzip would only cost CPU.
+		DisableCompression: true,
+		WriteBufferSize:    64 << 10,
+		ReadBufferSize:     256 << 10,
+	}
+}
+
+// Bucket is the bucket this store reads.
+func (s *Store) Bucket() string { return s.bucket }
+
+// Check contacts the server once and says whether the bucket can be read:
+// an unreachable endpoint, bad credentials or a missing bucket each give a
+// distinct error. Bound it with a context deadline.
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
+		if info.Err != nil {
+			return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(info.Err))
+		}
+		break
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("check bucket %q: %w", s.bucket, err)
+	}
+	return nil
+}
+
+// Stat implements store.Store.
+func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return store.Object{}, fmt.Errorf("stat %q: %w", key, mapErr(err))
+	}
+	return toObject(info), nil
+}
+
+// List implements store.Store. minio-go pages through the listing; a
+// delimiter listing reports common prefixes as keys ending in "/".
+func (s *Store) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops minio-go's paging goroutine when fn returns early
+	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive}) {
+		if info.Err != nil {
+			return fmt.Errorf("list %q: %w", prefix, mapErr(info.Err))
+		}
+		obj := toObject(info)
+		if !recursive && strings.HasSuffix(info.Key, "/") && info.Key != prefix && info.ETag == "" {
+			obj = store.Object{Key: info.Key, IsPrefix: true}
+		}
+		if err := fn(obj); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// ReadRange implements store.Store with a ranged GET carrying If-Match.
+func (s *Store) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	var opts minio.GetObjectOptions
+	if obj.ETag != "" {
+		if err := opts.SetMatchETag(obj.ETag); err != nil {
+			return nil, fmt.Errorf("read %q: %w", obj.Key, err)
+		}
+	}
+	switch {
+	case n == 0:
+		return io.NopCloser(strings.NewReader("")), nil
+	case n < 0 && off > 0:
+		if err := opts.SetRange(off, 0); err != nil {
+			return nil, fmt.Errorf("read %q: %w", obj.Key, err)
+		}
+	case n > 0:
+		if err := opts.SetRange(off, off+n-1); err != nil {
+			return nil, fmt.Errorf("read %q: %w", obj.Key, err)
+		}
+	}
+	body, info, _, err := s.core.GetObject(ctx, s.bucket, obj.Key, opts)
+	if err != nil {
+		return nil, fmt.Errorf("read %q [%d,+%d): %w", obj.Key, off, n, mapErr(err))
+	}
+	// A server that ignores If-Match would hand out the new version: check.
+	if obj.ETag != "" && info.ETag != "" && info.ETag != obj.ETag {
+		body.Close()
+		return nil, fmt.Errorf("read %q: etag %s, want %s: %w", obj.Key, info.ETag, obj.ETag, store.ErrChanged)
+	}
+	return body, nil
+}
+
+// MakeBucket creates the bucket if it does not exist (tests, bench gen).
+func (s *Store) MakeBucket(ctx context.Context) error {
+	err := s.client.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{})
+	if err != nil {
+		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
+			return nil
+		}
+		return fmt.Errorf("make bucket %q: %w", s.bucket, mapErr(err))
+	}
+	return nil
+}
+
+// Put uploads one object of a known size and returns its metadata.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (store.Object, error) {
+	info, err := s.client.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{
+		ContentType:      "application/octet-stream",
+		DisableMultipart: size >= 0 && size < 64<<20,
+	})
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
+	}
+	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, ModTime: info.LastModified}, nil
+}
+
+// Remove deletes one object; a missing object is not an error.
+func (s *Store) Remove(ctx context.Context, key string) error {
+	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("remove %q: %w", key, mapErr(err))
+	}
+	return nil
+}
+
+func toObject(info minio.ObjectInfo) store.Object {
+	return store.Object{Key: info.Key, Size: info.Size, ETag: strings.Trim(info.ETag, `"`), ModTime: info.LastModified}
+}
+
+// mapErr turns S3 error responses into the store's sentinel errors, keeping
+// the original error in the chain for its message.
+func mapErr(err error) error {
+	resp := minio.ToErrorResponse(err)
+	var sentinel error
+	switch resp.Code {
+	case "NoSuchKey", "NotFound":
+		sentinel = store.ErrNotExist
+	case "NoSuchBucket":
+		sentinel = store.ErrNoBucket
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled":
+		sentinel = store.ErrAccess
+	case "PreconditionFailed":
+		sentinel = store.ErrChanged
+	default:
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			sentinel = store.ErrNotExist
+		case http.StatusForbidden:
+			sentinel = store.ErrAccess
+		case http.StatusPreconditionFailed:
+			sentinel = store.ErrChanged
+		}
+	}
+	if sentinel == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", sentinel, err)
+}

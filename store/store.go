@@ -1,0 +1,48 @@
+// Package store defines what dataccel needs from object storage: the Store
+// interface, object metadata, sentinel errors, and decorators that add
+// behaviour around any Store (request counting, parallel listing).
+//
+// It owns no network code: store/s3 is the only implementation that talks to
+// a server, and the only importer of minio-go. It knows nothing of caches or FUSE.
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Object is the metadata of one object, or of a common prefix (a directory)
+// when IsPrefix is set; a prefix has only Key (ending in "/").
+type Object struct {
+	Key      string
+	Size     int64
+	ETag     string
+	ModTime  time.Time
+	IsPrefix bool
+}
+
+// Store is the read side of an object store.
+type Store interface {
+	// Stat returns the metadata of key, or an error wrapping ErrNotExist.
+	Stat(ctx context.Context, key string) (Object, error)
+	// List calls fn for every object under prefix in key order. With
+	// recursive false, it lists one level: keys past the next "/" are
+	// folded into common prefixes, reported as Objects with IsPrefix set.
+	// An error returned by fn stops the listing and is returned.
+	List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error
+	// ReadRange returns n bytes of obj from off (n < 0: to the end), pinned
+	// to obj.ETag: if the object changed, the error wraps ErrChanged and no
+	// byte of the new version is returned.
+	ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error)
+}
+
+// Sentinel errors. Implementations wrap them with the operation and key.
+var (
+	ErrNotExist = errors.New("object does not exist")
+	ErrChanged  = errors.New("object changed since it was listed")
+	ErrAccess   = errors.New("access denied")
+	// ErrNoBucket: the bucket itself is missing (not just a key).
+	ErrNoBucket = errors.New("bucket does not exist")
+)
