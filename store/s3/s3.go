@@ -257,7 +257,8 @@ func mapErr(err error) error {
 		sentinel = store.ErrNotExist
 	case "NoSuchBucket":
 		sentinel = store.ErrNoBucket
-	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled":
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AllAccessDisabled",
+		"XAdminUserNotFound": // versitygw: an unknown access key (with a 404)
 		sentinel = store.ErrAccess
 	case "PreconditionFailed":
 		sentinel = store.ErrChanged

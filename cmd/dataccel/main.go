@@ -1,0 +1,81 @@
+// Command dataccel is the one binary: mount, bench, score, cache, version.
+// It wires the concrete types together; flags, environment and logging are
+// read here and nowhere else.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd()
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "dataccel:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks bad flags or arguments (exit code 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func newRootCmd() *cobra.Command {
+	var logLevel string
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	root := &cobra.Command{
+		Use:           "dataccel",
+		Short:         "Data-loading accelerator: mount S3 datasets for GPU training, with prefetch and a RAM+NVMe cache",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
+			}
+			*logger = *slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(
+		newMountCmd(logger),
+		newVersionCmd(),
+	)
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "dataccel", version)
+		},
+	}
+}

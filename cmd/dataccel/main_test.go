@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/internal/testenv"
+)
+
+var (
+	srv *testenv.Server
+	bin string // the dataccel binary, built once for process-level tests
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dataccel-bin-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "dataccel")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build dataccel: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := testenv.Run(m, &srv)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// execCmd runs the root command in-process and returns its error.
+func execCmd(t *testing.T, args ...string) error {
+	t.Helper()
+	root := newRootCmd()
+	root.SetArgs(args)
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return root.ExecuteContext(ctx)
+}
+
+func setCreds(t *testing.T, key, secret string) {
+	t.Setenv("AWS_ACCESS_KEY_ID", key)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+}
+
+// TestMountErrors: each bad input gives a clear error and leaves nothing mounted.
+func TestMountErrors(t *testing.T) {
+	st := srv.NewBucket(t)
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	busy := t.TempDir()
+	if err := syscall.Mount("tmpfs", busy, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("tmpfs for the already-mounted case: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(busy, syscall.MNT_DETACH) })
+	deadPort, _ := testenv.FreePort()
+
+	tests := []struct {
+		name         string
+		key, secret  string
+		args         []string
+		wantMsg      string
+		maxDuration  time.Duration
+		checkMounted bool
+	}{
+		{name: "bad url", args: []string{"mount", "http://x/y", "MNT"}, wantMsg: "want s3://bucket"},
+		{name: "missing mountpoint", args: []string{"mount", "s3://" + st.Bucket(), "/nonexistent/dir"}, wantMsg: "does not exist"},
+		{name: "mountpoint is a file", args: []string{"mount", "s3://" + st.Bucket(), file}, wantMsg: "not a directory"},
+		{name: "already mounted", args: []string{"mount", "s3://" + st.Bucket(), busy}, wantMsg: "already a mount point"},
+		{name: "unreachable endpoint", args: []string{"mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", deadPort), "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "unreachable", maxDuration: 15 * time.Second, checkMounted: true},
+		{name: "wrong secret", secret: "wrong-secret", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "denied: check the credentials", checkMounted: true},
+		{name: "unknown key", key: "nobody", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "denied", checkMounted: true},
+		{name: "missing bucket", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://no-such-bucket-x", "MNT"},
+			wantMsg: `bucket "no-such-bucket-x" does not exist`, checkMounted: true},
+		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "not accepted as flags"},
+		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key, secret := srv.AccessKey, srv.SecretKey
+			if tc.key != "" {
+				key = tc.key
+			}
+			if tc.secret != "" {
+				secret = tc.secret
+			}
+			setCreds(t, key, secret)
+			mnt := t.TempDir()
+			args := append([]string(nil), tc.args...)
+			for i, a := range args {
+				if a == "MNT" {
+					args[i] = mnt
+				}
+			}
+			start := time.Now()
+			err := execCmd(t, args...)
+			if err == nil {
+				t.Fatal("mount succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("error %q does not say %q", err, tc.wantMsg)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("error %q contains the secret", err)
+			}
+			if tc.maxDuration > 0 && time.Since(start) > tc.maxDuration {
+				t.Fatalf("took %s, want < %s", time.Since(start), tc.maxDuration)
+			}
+			if tc.checkMounted {
+				if m, _ := fuse.IsMountpoint(mnt); m {
+					t.Fatal("something stayed mounted")
+				}
+			}
+		})
+	}
+}
+
+// TestMountLifecycle runs the binary: it says when the mount is ready,
+// serves the bucket, and on SIGTERM unmounts (lazily with a file open) and
+// exits 0.
+func TestMountLifecycle(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "ds/train/a.bin", []byte("alpha"))
+	testenv.Put(t, st, "ds/train/b.bin", []byte("bravo"))
+	mnt := t.TempDir()
+	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/ds", mnt)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	var logs syncBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	b, err := os.ReadFile(filepath.Join(mnt, "train", "b.bin"))
+	if err != nil || string(b) != "bravo" {
+		t.Fatalf("read through the mount: %q %v\n%s", b, err, logs.String())
+	}
+	held, err := os.Open(filepath.Join(mnt, "train", "a.bin")) // keeps the mount busy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+	}
+	if m, _ := fuse.IsMountpoint(mnt); m {
+		t.Fatal("still mounted after exit")
+	}
+	if strings.Contains(logs.String(), srv.SecretKey) {
+		t.Fatal("logs contain the secret")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "dataccel ") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+// TestCredentialsFile reads a profile from an AWS credentials file.
+func TestCredentialsFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "credentials")
+	os.WriteFile(p, []byte("[default]\naws_access_key_id = A\naws_secret_access_key = B\n\n[profile train]\naws_access_key_id=C\naws_secret_access_key=D\naws_session_token=E\n"), 0o600)
+	tests := []struct {
+		profile, wantKey, wantSecret, wantErr string
+	}{
+		{"default", "A", "B", ""},
+		{"train", "C", "D", ""},
+		{"missing", "", "", "has no aws_access_key_id"},
+	}
+	for _, tc := range tests {
+		c, err := readCredentialsFile(p, tc.profile)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: err %v, want %q", tc.profile, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || c.AccessKey != tc.wantKey || c.SecretKey != tc.wantSecret {
+			t.Errorf("%s: %+v %v", tc.profile, c, err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

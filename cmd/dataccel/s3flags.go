@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+// s3Flags are the flags every command that talks to a bucket shares.
+// Secrets never come from flags: only from the environment or a file.
+type s3Flags struct {
+	endpoint        string
+	region          string
+	pathStyle       string
+	credentialsFile string
+	profile         string
+	// refused secret-carrying flags: set means the user tried to pass one.
+	accessKey, secretKey string
+}
+
+func (f *s3Flags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.endpoint, "endpoint", "", "S3 endpoint URL, http:// or https:// (default: AWS S3)")
+	fs.StringVar(&f.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
+	fs.StringVar(&f.pathStyle, "path-style", "auto", "path-style requests: auto (on for non-AWS endpoints), on, off")
+	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials); env AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY take precedence")
+	fs.StringVar(&f.profile, "profile", "", "profile in the credentials file (default: $AWS_PROFILE, else default)")
+	// Accepted only to refuse them with a clear message: a secret in argv is
+	// visible to every user through ps and /proc.
+	fs.StringVar(&f.accessKey, "access-key", "", "refused: use AWS_ACCESS_KEY_ID or a credentials file")
+	fs.StringVar(&f.secretKey, "secret-key", "", "refused: use AWS_SECRET_ACCESS_KEY or a credentials file")
+	fs.MarkHidden("access-key")
+	fs.MarkHidden("secret-key")
+}
+
+// parseS3URL splits s3://bucket[/prefix] into bucket and a prefix that is
+// empty or ends in "/".
+func parseS3URL(raw string) (bucket, prefix string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "s3" || u.Host == "" {
+		return "", "", usageError{fmt.Errorf("%q: want s3://bucket[/prefix]", raw)}
+	}
+	prefix = strings.TrimPrefix(u.Path, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return u.Host, prefix, nil
+}
+
+// config builds the s3.Config for bucket from flags, env and files.
+func (f *s3Flags) config(bucket string) (s3.Config, error) {
+	if f.accessKey != "" || f.secretKey != "" {
+		return s3.Config{}, usageError{errors.New("credentials are not accepted as flags (they would show in ps): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
+	}
+	cfg := s3.Config{Endpoint: f.endpoint, Bucket: bucket, Region: f.region}
+	if cfg.Region == "" {
+		cfg.Region = os.Getenv("AWS_REGION")
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	switch f.pathStyle {
+	case "auto":
+		cfg.PathStyle = f.endpoint != "" && !strings.Contains(f.endpoint, "amazonaws.com")
+	case "on":
+		cfg.PathStyle = true
+	case "off":
+	default:
+		return s3.Config{}, usageError{fmt.Errorf("--path-style %q: want auto, on or off", f.pathStyle)}
+	}
+	creds, err := f.credentials()
+	if err != nil {
+		return s3.Config{}, err
+	}
+	cfg.Credentials = creds
+	return cfg, nil
+}
+
+func (f *s3Flags) credentials() (s3.Credentials, error) {
+	if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
+		secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
+		if secret == "" {
+			return s3.Credentials{}, errors.New("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
+		}
+		return s3.Credentials{AccessKey: id, SecretKey: secret, SessionToken: os.Getenv("AWS_SESSION_TOKEN")}, nil
+	}
+	path, explicit := f.credentialsFile, f.credentialsFile != ""
+	if path == "" {
+		path, explicit = os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), os.Getenv("AWS_SHARED_CREDENTIALS_FILE") != ""
+	}
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return s3.Credentials{}, nil // anonymous
+		}
+		path = filepath.Join(home, ".aws", "credentials")
+	}
+	profile := f.profile
+	if profile == "" {
+		profile = os.Getenv("AWS_PROFILE")
+	}
+	if profile == "" {
+		profile = "default"
+	}
+	creds, err := readCredentialsFile(path, profile)
+	if errors.Is(err, os.ErrNotExist) && !explicit {
+		return s3.Credentials{}, nil // no credentials anywhere: anonymous access
+	}
+	return creds, err
+}
+
+// readCredentialsFile reads one profile of an AWS shared credentials file
+// (INI: [profile] then key = value lines).
+func readCredentialsFile(path, profile string) (s3.Credentials, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return s3.Credentials{}, fmt.Errorf("credentials file: %w", err)
+	}
+	defer fh.Close()
+	var c s3.Credentials
+	found, in := false, false
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
+			name := strings.TrimSpace(strings.TrimPrefix(line[1:len(line)-1], "profile "))
+			in = name == profile
+			found = found || in
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !in || !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "aws_access_key_id":
+			c.AccessKey = strings.TrimSpace(v)
+		case "aws_secret_access_key":
+			c.SecretKey = strings.TrimSpace(v)
+		case "aws_session_token":
+			c.SessionToken = strings.TrimSpace(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s3.Credentials{}, fmt.Errorf("credentials file %s: %w", path, err)
+	}
+	if !found || c.AccessKey == "" || c.SecretKey == "" {
+		return s3.Credentials{}, fmt.Errorf("credentials file %s: profile %q has no aws_access_key_id and aws_secret_access_key", path, profile)
+	}
+	return c, nil
+}
+
+// openStore builds the store and checks within timeout that the bucket
+// answers, turning the failure into a message a user can act on.
+func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Duration) (*s3.Store, error) {
+	cfg, err := f.config(bucket)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s3.New(cfg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err = st.Check(cctx)
+	where := cfg.Endpoint
+	if where == "" {
+		where = "AWS S3"
+	}
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.Is(err, store.ErrNoBucket):
+		return nil, fmt.Errorf("bucket %q does not exist at %s", bucket, where)
+	case errors.Is(err, store.ErrAccess):
+		return nil, fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", bucket, where, cfg.Credentials, err)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil, fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
+	default:
+		return nil, fmt.Errorf("endpoint %s unreachable or failing: %w", where, err)
+	}
+}

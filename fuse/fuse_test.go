@@ -1,0 +1,453 @@
+package fuse
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+var srv *testenv.Server
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &srv)) }
+
+// mountT mounts st's prefix on a fresh directory and unmounts at cleanup.
+func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) string {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse on this machine: FUSE tests need it (and root)")
+	}
+	dir := t.TempDir()
+	m, err := New(dir, Config{
+		Store:       st,
+		Opener:      DirectOpener{Store: st},
+		Prefix:      prefix,
+		FsName:      "test",
+		MetadataTTL: ttl,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	return dir
+}
+
+// putAll uploads objects with 32 in flight.
+func putAll(t *testing.T, st *s3.Store, objs map[string][]byte) {
+	t.Helper()
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(32)
+	for k, v := range objs {
+		g.Go(func() error {
+			_, err := st.Put(ctx, k, bytes.NewReader(v), int64(len(v)))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestTree checks the mounted tree against the bucket: nested and implicit
+// directories, marker objects, unsafe keys skipped, and every file's SHA-256
+// read by 16 parallel readers.
+func TestTree(t *testing.T) {
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	objs := map[string][]byte{}
+	want := map[string][]byte{} // path in mount -> content
+	for d := range 24 {
+		dir := fmt.Sprintf("data/class%02d/", d)
+		if d%3 == 0 {
+			dir += fmt.Sprintf("sub%d/", d) // nested, implicit parents
+		}
+		for i := range 90 {
+			k := fmt.Sprintf("%simg%04d.jpg", dir, i)
+			objs[k] = randBytes(r, 100+r.IntN(3000))
+			want[strings.TrimPrefix(k, "data/")] = objs[k]
+		}
+	}
+	// marker objects: one for an existing dir, one for an empty dir
+	objs["data/class01/"] = nil
+	objs["data/empty/"] = nil
+	// Keys that cannot be paths are covered by TestUnsafeKeys: this
+	// server's POSIX backend normalizes or refuses them.
+	// outside the mounted prefix
+	objs["other/file"] = []byte("not visible")
+	putAll(t, st, objs)
+
+	mnt := mountT(t, st, "data/", time.Hour)
+
+	got := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(mnt, p)
+		if d.IsDir() {
+			dirs = append(dirs, rel)
+			return nil
+		}
+		got[rel] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("mount has %d files, want %d", len(got), len(want))
+	}
+	for p := range want {
+		if !got[p] {
+			t.Errorf("missing %s", p)
+		}
+	}
+	for p := range got {
+		if want[p] == nil {
+			t.Errorf("unexpected file %s", p)
+		}
+	}
+	if !contains(dirs, "empty") || !contains(dirs, "class00/sub0") {
+		t.Errorf("directories %v lack the marker-only dir or a nested implicit dir", dirs)
+	}
+	if len(dirs) < 20 {
+		t.Errorf("only %d directories", len(dirs))
+	}
+	// stat: size of a file
+	fi, err := os.Stat(filepath.Join(mnt, "class05/img0007.jpg"))
+	if err != nil || fi.Size() != int64(len(want["class05/img0007.jpg"])) || fi.Mode().Perm() != 0o444 {
+		t.Errorf("stat: %v %v", fi, err)
+	}
+
+	paths := make([]string, 0, len(want))
+	for p := range want {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	g := new(errgroup.Group)
+	g.SetLimit(16)
+	for _, p := range paths {
+		g.Go(func() error {
+			b, err := os.ReadFile(filepath.Join(mnt, p))
+			if err != nil {
+				return err
+			}
+			if sha256.Sum256(b) != sha256.Sum256(want[p]) {
+				return fmt.Errorf("%s: content differs", p)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPread reads a 64 MiB object at random offsets and lengths, including
+// ranges that cross the end.
+func TestPread(t *testing.T) {
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	data := randBytes(r, 64<<20)
+	testenv.Put(t, st, "big.bin", data)
+	mnt := mountT(t, st, "", time.Hour)
+	f, err := os.Open(filepath.Join(mnt, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 200 {
+		off := r.Int64N(int64(len(data)))
+		n := 1 + r.IntN(3<<20)
+		if i%10 == 0 {
+			off = int64(len(data)) - int64(r.IntN(5000)) // across the end
+		}
+		buf := make([]byte, n)
+		got, err := f.ReadAt(buf, off)
+		end := min(off+int64(n), int64(len(data)))
+		if want := int(end - off); got != want {
+			t.Fatalf("ReadAt(%d, %d) = %d bytes, want %d (err %v)", off, n, got, want, err)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf[:got], data[off:end]) {
+			t.Fatalf("ReadAt(%d, %d): wrong bytes", off, n)
+		}
+	}
+}
+
+// TestLargeDirectory lists a directory of 10,000 entries.
+func TestLargeDirectory(t *testing.T) {
+	st := srv.NewBucket(t)
+	objs := map[string][]byte{}
+	for i := range 10000 {
+		objs[fmt.Sprintf("big/f%05d", i)] = []byte{byte(i % 256)}
+	}
+	putAll(t, st, objs)
+	mnt := mountT(t, st, "", time.Hour)
+	ents, err := os.ReadDir(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 10000 {
+		t.Fatalf("%d entries, want 10000", len(ents))
+	}
+	for i, e := range ents {
+		if want := fmt.Sprintf("f%05d", i); e.Name() != want || e.IsDir() {
+			t.Fatalf("entry %d = %s, want file %s", i, e.Name(), want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, "big", "f09999"))
+	if err != nil || !bytes.Equal(b, []byte{byte(9999 % 256)}) {
+		t.Fatalf("read last entry: %v %v", b, err)
+	}
+}
+
+// TestErrnos checks the error codes of a read-only mount.
+func TestErrnos(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "d/file", []byte("hello"))
+	mnt := mountT(t, st, "", time.Hour)
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	tests := []struct {
+		name string
+		op   func() error
+		want syscall.Errno
+	}{
+		{"stat missing", func() error { _, err := os.Stat(p("nope")); return err }, syscall.ENOENT},
+		{"open missing", func() error { _, err := os.Open(p("d/nope")); return err }, syscall.ENOENT},
+		{"write existing", func() error { return openClose(p("d/file"), os.O_WRONLY) }, syscall.EROFS},
+		{"truncate", func() error { return os.Truncate(p("d/file"), 0) }, syscall.EROFS},
+		{"create", func() error { return openClose(p("d/new"), os.O_CREATE|os.O_WRONLY) }, syscall.EROFS},
+		{"mkdir", func() error { return os.Mkdir(p("d/sub"), 0o755) }, syscall.EROFS},
+		{"unlink", func() error { return os.Remove(p("d/file")) }, syscall.EROFS},
+		{"rmdir", func() error { return syscall.Rmdir(p("d")) }, syscall.EROFS},
+		{"rename", func() error { return os.Rename(p("d/file"), p("d/file2")) }, syscall.EROFS},
+		{"chmod", func() error { return os.Chmod(p("d/file"), 0o777) }, syscall.EROFS},
+		{"file as dir", func() error { _, err := os.Stat(p("d/file/x")); return err }, syscall.ENOTDIR},
+		{"read a dir", func() error { _, err := os.ReadFile(p("d")); return err }, syscall.EISDIR},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op()
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if b, err := os.ReadFile(p("d/file")); err != nil || string(b) != "hello" {
+		t.Fatalf("file changed or unreadable after the failed writes: %q %v", b, err)
+	}
+}
+
+func openClose(p string, flag int) error {
+	f, err := os.OpenFile(p, flag, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// TestOverwrite replaces an object while a handle has it open: the handle
+// never returns a mix of versions, and after the TTL a new open sees the new
+// version whole.
+func TestOverwrite(t *testing.T) {
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	v1 := bytes.Repeat([]byte{1}, 8<<20)
+	v2 := randBytes(r, 6<<20)
+	testenv.Put(t, st, "obj", v1)
+	const ttl = 2 * time.Second
+	mnt := mountT(t, st, "", ttl)
+	f, err := os.Open(filepath.Join(mnt, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 1<<20)
+	if _, err := f.ReadAt(head, 0); err != nil || !bytes.Equal(head, v1[:1<<20]) {
+		t.Fatalf("first read: %v", err)
+	}
+	testenv.Put(t, st, "obj", v2)
+	// The rest of the open handle: either v1 bytes or an error, never v2.
+	rest := make([]byte, 4<<20)
+	n, err := f.ReadAt(rest, 4<<20)
+	if err == nil {
+		if !bytes.Equal(rest[:n], v1[4<<20:4<<20+n]) {
+			t.Fatal("open handle returned bytes of the new version")
+		}
+		t.Log("read served from data fetched before the overwrite")
+	} else if !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read after overwrite: %v, want ESTALE or EIO", err)
+	}
+	f.Close()
+
+	time.Sleep(ttl + 500*time.Millisecond)
+	got, err := os.ReadFile(filepath.Join(mnt, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, v2) {
+		t.Fatalf("after the TTL: got %d bytes, want the new version (%d bytes)", len(got), len(v2))
+	}
+}
+
+// TestConcurrentOpens opens one file from many goroutines while its
+// directory listing expires: a race detector check of the metadata path.
+func TestConcurrentOpens(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "a/b", []byte("content"))
+	mnt := mountT(t, st, "", 50*time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 30 {
+				b, err := os.ReadFile(filepath.Join(mnt, "a/b"))
+				if err != nil || string(b) != "content" {
+					errs <- fmt.Errorf("%q %v", b, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// memStore is an in-memory store.Store for keys the real test server
+// cannot hold (its POSIX backend normalizes "a//b" and refuses NUL).
+type memStore struct{ objs map[string][]byte }
+
+func (m memStore) Stat(ctx context.Context, key string) (store.Object, error) {
+	b, ok := m.objs[key]
+	if !ok {
+		return store.Object{}, store.ErrNotExist
+	}
+	return store.Object{Key: key, Size: int64(len(b)), ETag: "e"}, nil
+}
+
+func (m memStore) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	keys := make([]string, 0, len(m.objs))
+	for k := range m.objs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if i := strings.IndexByte(k[len(prefix):], '/'); !recursive && i >= 0 {
+			p := k[:len(prefix)+i+1]
+			if !seen[p] {
+				seen[p] = true
+				if err := fn(store.Object{Key: p, IsPrefix: true}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := fn(store.Object{Key: k, Size: int64(len(m.objs[k])), ETag: "e"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m memStore) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	b := m.objs[obj.Key]
+	end := int64(len(b))
+	if n >= 0 {
+		end = min(end, off+n)
+	}
+	return io.NopCloser(bytes.NewReader(b[off:end])), nil
+}
+
+// TestUnsafeKeys mounts keys that cannot be file names: they are skipped
+// (with a warning), their safe siblings stay, and nothing escapes the mount.
+func TestUnsafeKeys(t *testing.T) {
+	st := memStore{objs: map[string][]byte{
+		"ok/a.jpg":                       []byte("a"),
+		"ok//double.jpg":                 []byte("x"),
+		"ok/./dot.jpg":                   []byte("x"),
+		"ok/../escape.jpg":               []byte("x"),
+		"../outside.jpg":                 []byte("x"),
+		"ok/nul\x00.jpg":                 []byte("x"),
+		"ok/" + strings.Repeat("n", 256): []byte("x"),
+		"ok/" + strings.Repeat("m", 255): []byte("long but valid"),
+		"both":                           []byte("file shadowed by the dir"),
+		"both/inner":                     []byte("inner"),
+	}}
+	mnt := mountT(t, st, "", time.Hour)
+	var got []string
+	err := filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(mnt, p)
+		if !d.IsDir() {
+			got = append(got, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"both/inner", "ok/a.jpg", "ok/" + strings.Repeat("m", 255)}
+	sort.Strings(got)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("files %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(mnt), "outside.jpg")); err == nil {
+		t.Fatal("a key escaped the mount")
+	}
+}

@@ -1,0 +1,168 @@
+package fuse
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Mount is a live mount.
+type Mount struct {
+	Dir    string
+	FS     *FS
+	server *gofuse.Server
+}
+
+// CheckMountpoint says whether dir can be mounted on: it must exist, be a
+// directory, and not be a mount already. A stale FUSE mount left by a
+// crashed process ("transport endpoint is not connected") is detached first.
+func CheckMountpoint(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, syscall.ENOTCONN) {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
+		}
+		fi, err = os.Stat(dir)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("mountpoint %s does not exist", dir)
+		}
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory", dir)
+	}
+	mounted, err := IsMountpoint(dir)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return fmt.Errorf("mountpoint %s is already a mount point (unmount it first)", dir)
+	}
+	return nil
+}
+
+// IsMountpoint reports whether dir is listed in /proc/self/mountinfo.
+func IsMountpoint(dir string) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == abs {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// New mounts cfg on dir read-only and returns once the kernel serves it.
+func New(dir string, cfg Config) (*Mount, error) {
+	if cfg.Store == nil || cfg.Opener == nil {
+		return nil, errors.New("fuse: Config needs a Store and an Opener")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(abs); err != nil {
+		return nil, err
+	}
+	fsys := newFS(cfg)
+	root := &dirNode{fsys: fsys, key: cfg.Prefix}
+	ttl := fsys.cfg.MetadataTTL
+	opts := &gofs.Options{
+		EntryTimeout:    &ttl,
+		AttrTimeout:     &ttl,
+		NegativeTimeout: &ttl,
+		UID:             cfg.UID,
+		GID:             cfg.GID,
+		MountOptions: gofuse.MountOptions{
+			AllowOther: cfg.AllowOther,
+			// The kernel itself refuses writes on a read-only mount (EROFS).
+			Options:       []string{"ro", "default_permissions"},
+			FsName:        cfg.FsName,
+			Name:          "dataccel",
+			DirectMount:   true, // we run as root in production; falls back to fusermount otherwise
+			MaxBackground: 128,
+			MaxWrite:      1 << 20,
+			MaxReadAhead:  1 << 20,
+			DisableXAttrs: true,
+			Debug:         cfg.Debug,
+		},
+	}
+	server, err := gofs.Mount(abs, root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", abs, err)
+	}
+	return &Mount{Dir: abs, FS: fsys, server: server}, nil
+}
+
+// Unmount unmounts and waits for the server loop to end. When the mount is
+// busy (a process has a file open or its cwd inside) it detaches it
+// instead: the path is free at once, and the kernel ends the connection
+// when the last user leaves or this process exits.
+func (m *Mount) Unmount() error {
+	err := m.server.Unmount()
+	wait := 10 * time.Second
+	if err != nil {
+		if derr := syscall.Unmount(m.Dir, syscall.MNT_DETACH); derr != nil {
+			return fmt.Errorf("unmount %s: %w (lazy unmount: %v)", m.Dir, err, derr)
+		}
+		m.FS.log.Warn("mount busy: detached it; open files fail once this process exits", "mountpoint", m.Dir)
+		wait = time.Second
+	}
+	done := make(chan struct{})
+	go func() { m.server.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		if err == nil {
+			return fmt.Errorf("unmount %s: server did not stop within %s", m.Dir, wait)
+		}
+	}
+	return nil
+}
+
+// Wait blocks until the mount is gone (unmounted from outside too).
+func (m *Mount) Wait() { m.server.Wait() }

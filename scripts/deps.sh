@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# deps.sh: install what the tests and the demo need on a fresh machine, skipping
+# what is present: Go modules, the versitygw S3 server (go install), and FUSE
+# userspace tools (Debian fuse3; dataccel mounts directly as root, fusermount3
+# is the fallback for non-root users).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VERSITYGW_VERSION=v1.8.0
+GOBIN=$(go env GOPATH)/bin
+go mod download
+if ! go version -m "$GOBIN/versitygw" 2>/dev/null | grep -qE "^\s+mod\s+github.com/versity/versitygw\s+$VERSITYGW_VERSION\s"; then
+  echo "installing versitygw $VERSITYGW_VERSION (S3 test server)"
+  GOFLAGS=-buildvcs=false go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+fi
+if [[ ! -e /dev/fuse ]]; then
+  echo "warning: /dev/fuse is missing: FUSE mounts (and their tests) cannot run here" >&2
+fi
+if ! command -v fusermount3 >/dev/null && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  echo "installing fuse3 (fusermount3)"
+  (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3 >/dev/null) ||
+    echo "warning: could not install fuse3; root mounts work without it" >&2
+fi
+echo "deps ok: $(go version | cut -d' ' -f3), versitygw $VERSITYGW_VERSION at $GOBIN/versitygw"
