@@ -27,10 +27,12 @@ type Object struct {
 type Store interface {
 	// Stat returns the metadata of key, or an error wrapping ErrNotExist.
 	Stat(ctx context.Context, key string) (Object, error)
-	// List calls fn for every object under prefix in key order. With
+	// List calls fn for every object under prefix. With
 	// recursive false, it lists one level: keys past the next "/" are
 	// folded into common prefixes, reported as Objects with IsPrefix set.
-	// An error returned by fn stops the listing and is returned.
+	// Objects come in key order, but prefixes may come after the objects
+	// of the same page: callers that need one order sort. An error
+	// returned by fn stops the listing and is returned.
 	List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error
 	// ReadRange returns n bytes of obj from off (n < 0: to the end), pinned
 	// to obj.ETag: if the object changed, the error wraps ErrChanged and no
