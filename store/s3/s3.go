@@ -50,7 +50,8 @@ type Config struct {
 	// MaxConns bounds idle keep-alive connections kept to the server; it
 	// should be at least the number of GETs in flight.
 	MaxConns int
-	// MaxRetries bounds minio-go's own retries of a request (default 3).
+	// MaxRetries bounds minio-go's own tries of a request (default 1: no
+	// retries; store.Retrying is the one retry layer, so each retry is counted).
 	MaxRetries int
 }
 
@@ -83,7 +84,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.MaxConns = 256
 	}
 	if cfg.MaxRetries <= 0 {
-		cfg.MaxRetries = 3
+		cfg.MaxRetries = 1
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {

@@ -1,0 +1,227 @@
+package testenv
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fault is one kind of failure the FaultProxy injects.
+type Fault int
+
+const (
+	SlowDown       Fault = iota // 503 SlowDown, the S3 throttling answer
+	InternalError               // 500 InternalError
+	ResetMidBody                // half the body, then the connection is reset
+	StallFirstByte              // wait Stall before answering at all
+	StallMidBody                // half the body, wait Stall, then the rest
+	numFaults
+)
+
+func (f Fault) String() string {
+	return [...]string{"slowdown", "internal-error", "reset-mid-body", "stall-first-byte", "stall-mid-body"}[f]
+}
+
+// Rule says which requests get a fault: those whose method matches
+// (empty: any) and whose path contains PathContains, every Every-th such
+// request (0 or 1: each), at most Count times (0: no limit).
+type Rule struct {
+	Fault        Fault
+	Method       string
+	PathContains string
+	Every        int
+	Count        int
+	Stall        time.Duration
+
+	seen, fired int // guarded by FaultProxy.mu
+}
+
+// FaultProxy sits between a client and the real S3 server and injects
+// faults by rule, or drops the server entirely (SetDown).
+type FaultProxy struct {
+	Addr     string
+	Endpoint string
+	target   string
+	client   *http.Client
+
+	mu    sync.Mutex
+	rules []*Rule // guarded by mu
+	down  bool    // guarded by mu
+
+	injected [numFaults]atomic.Int64
+	refused  atomic.Int64
+	ln       net.Listener
+	srv      *http.Server
+}
+
+// StartFaultProxy listens on a free loopback port and forwards to target (host:port).
+func StartFaultProxy(target string) (*FaultProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &FaultProxy{
+		Addr:   ln.Addr().String(),
+		target: target,
+		ln:     ln,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}},
+	}
+	p.Endpoint = "http://" + p.Addr
+	p.srv = &http.Server{Handler: p}
+	go p.srv.Serve(ln)
+	return p, nil
+}
+
+// Add installs a rule; rules are tried in order, the first match fires.
+func (p *FaultProxy) Add(r Rule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = append(p.rules, &r)
+}
+
+// Clear removes all rules.
+func (p *FaultProxy) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = nil
+}
+
+// SetDown makes the server unreachable (every connection is cut at once)
+// or brings it back.
+func (p *FaultProxy) SetDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+}
+
+// Injected returns how many times fault f fired.
+func (p *FaultProxy) Injected(f Fault) int64 { return p.injected[f].Load() }
+
+// Refused returns how many requests met a down server.
+func (p *FaultProxy) Refused() int64 { return p.refused.Load() }
+
+// Close stops the proxy.
+func (p *FaultProxy) Close() error { return p.srv.Close() }
+
+func (p *FaultProxy) pick(r *http.Request) (*Rule, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return nil, true
+	}
+	for _, rule := range p.rules {
+		if (rule.Method != "" && rule.Method != r.Method) || !strings.Contains(r.URL.Path, rule.PathContains) {
+			continue
+		}
+		if rule.Count > 0 && rule.fired >= rule.Count {
+			continue
+		}
+		rule.seen++
+		if rule.Every > 1 && rule.seen%rule.Every != 0 {
+			continue
+		}
+		rule.fired++
+		p.injected[rule.Fault].Add(1)
+		return rule, false
+	}
+	return nil, false
+}
+
+func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rule, down := p.pick(r)
+	if down {
+		p.refused.Add(1)
+		hijackClose(w)
+		return
+	}
+	if rule != nil {
+		switch rule.Fault {
+		case SlowDown:
+			s3Error(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+			return
+		case InternalError:
+			s3Error(w, http.StatusInternalServerError, "InternalError", "We encountered an internal error.")
+			return
+		case StallFirstByte:
+			select {
+			case <-time.After(rule.Stall):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+	resp, err := p.forward(r)
+	if err != nil {
+		s3Error(w, http.StatusBadGateway, "InternalError", err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if rule != nil && (rule.Fault == ResetMidBody || rule.Fault == StallMidBody) && resp.ContentLength > 1 {
+		p.breakBody(w, r, resp, rule)
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// forward sends r to the real server unchanged (the signature covers the
+// Host header, which stays the proxy's: the server validates what it got).
+func (p *FaultProxy) forward(r *http.Request) (*http.Response, error) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+p.target+r.URL.RequestURI(), r.Body)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = r.Header.Clone()
+	out.Host = r.Host
+	out.ContentLength = r.ContentLength
+	return p.client.Do(out)
+}
+
+// breakBody writes the response by hand on the raw connection: the headers
+// promise the full length, half the body follows, then a reset or a stall.
+func (p *FaultProxy) breakBody(w http.ResponseWriter, r *http.Request, resp *http.Response, rule *Rule) {
+	conn, buf, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
+	resp.Header.Write(buf)
+	fmt.Fprintf(buf, "Content-Length: %d\r\n\r\n", resp.ContentLength)
+	half := resp.ContentLength / 2
+	io.CopyN(buf, resp.Body, half)
+	buf.Flush()
+	if rule.Fault == ResetMidBody {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0) // RST, not FIN
+		}
+		return
+	}
+	time.Sleep(rule.Stall)
+	io.Copy(buf, resp.Body)
+	buf.Flush()
+}
+
+func hijackClose(w http.ResponseWriter) {
+	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		conn.Close()
+	}
+}
+
+func s3Error(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>%s</Message></Error>`, code, msg)
+}
+

@@ -1,0 +1,302 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// RetryOptions bound how hard Retrying tries.
+type RetryOptions struct {
+	// Attempts bounds tries per request (first try included); 0 means 10.
+	Attempts int
+	// BaseDelay and MaxDelay shape the exponential backoff (full jitter).
+	BaseDelay, MaxDelay time.Duration
+	// FirstByteTimeout cuts a request whose response has not started.
+	FirstByteTimeout time.Duration
+	// ProgressTimeout cuts a body that stalls for this long mid-transfer.
+	ProgressTimeout time.Duration
+	// IOTimeout bounds one operation, all retries included: past it the
+	// operation fails (a dead endpoint costs a bounded wait, not a hang).
+	IOTimeout time.Duration
+	// Stats counts retries and cut requests; may be nil.
+	Stats *RetryStats
+}
+
+// RetryStats count what Retrying did.
+type RetryStats struct {
+	Retries  atomic.Int64 // requests sent again after a retryable failure
+	Timeouts atomic.Int64 // requests cut for no first byte or no progress
+	GaveUp   atomic.Int64 // operations that failed after retrying
+}
+
+func (o *RetryOptions) defaults() {
+	if o.Attempts <= 0 {
+		o.Attempts = 10
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 50 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 2 * time.Second
+	}
+	if o.FirstByteTimeout <= 0 {
+		o.FirstByteTimeout = 10 * time.Second
+	}
+	if o.ProgressTimeout <= 0 {
+		o.ProgressTimeout = 10 * time.Second
+	}
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = time.Minute
+	}
+	if o.Stats == nil {
+		o.Stats = &RetryStats{}
+	}
+}
+
+// Retrying retries retryable failures (5xx, throttling, resets, timeouts)
+// with exponential backoff and jitter, cuts requests that stall, and resumes
+// a body that breaks mid-transfer from where it stopped (still pinned to the
+// same ETag, so a resumed body never mixes versions). Not-found, access
+// denied and changed-object errors are final and returned at once.
+type Retrying struct {
+	Store
+	opts RetryOptions
+}
+
+// NewRetrying wraps s.
+func NewRetrying(s Store, opts RetryOptions) *Retrying {
+	opts.defaults()
+	return &Retrying{Store: s, opts: opts}
+}
+
+// errTimeout marks a request cut by the watchdog.
+var errTimeout = errors.New("request timed out")
+
+// Retryable reports whether err may succeed if the request is sent again.
+func Retryable(err error) bool {
+	switch {
+	case errors.Is(err, errTimeout):
+		return true // our watchdog cut it: the cancel is not the caller's
+	case err == nil,
+		errors.Is(err, ErrNotExist), errors.Is(err, ErrNoBucket),
+		errors.Is(err, ErrAccess), errors.Is(err, ErrChanged),
+		errors.Is(err, context.Canceled):
+		return false
+	}
+	return true
+}
+
+// do runs op until it succeeds, fails for good, or the IOTimeout passes.
+func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	deadline := time.Now().Add(r.opts.IOTimeout)
+	var err error
+	for attempt := 0; attempt < r.opts.Attempts; attempt++ {
+		if attempt > 0 {
+			r.opts.Stats.Retries.Add(1)
+			backoff := r.opts.BaseDelay << min(attempt-1, 20)
+			backoff = rand.N(min(backoff, r.opts.MaxDelay)) + time.Millisecond
+			if time.Now().Add(backoff).After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+		}
+		err = op(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !Retryable(err) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if Retryable(err) {
+		r.opts.Stats.GaveUp.Add(1)
+		return fmt.Errorf("%s: gave up after retries (io timeout %s): %w", what, r.opts.IOTimeout, err)
+	}
+	return err
+}
+
+// watchdog cancels a request when its timer fires: first byte, then progress.
+type watchdog struct {
+	t      *time.Timer
+	fired  atomic.Bool
+	cancel context.CancelFunc
+}
+
+func newWatchdog(ctx context.Context, d time.Duration, stats *RetryStats) (context.Context, *watchdog) {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &watchdog{cancel: cancel}
+	w.t = time.AfterFunc(d, func() {
+		w.fired.Store(true)
+		stats.Timeouts.Add(1)
+		cancel()
+	})
+	return ctx, w
+}
+
+func (w *watchdog) stop() { w.t.Stop(); w.cancel() }
+
+// explain turns the cancellation the watchdog caused into a retryable error.
+func (w *watchdog) explain(err error) error {
+	if err != nil && w.fired.Load() {
+		return fmt.Errorf("%w: %w", errTimeout, err)
+	}
+	return err
+}
+
+func (r *Retrying) Stat(ctx context.Context, key string) (Object, error) {
+	var obj Object
+	err := r.do(ctx, "stat "+key, func(ctx context.Context) error {
+		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
+		defer w.stop()
+		var err error
+		obj, err = r.Store.Stat(rctx, key)
+		return w.explain(err)
+	})
+	return obj, err
+}
+
+func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error {
+	// A retried listing starts over: skip what fn has already seen.
+	seen := map[string]bool{}
+	var fnErr error
+	err := r.do(ctx, "list "+prefix, func(ctx context.Context) error {
+		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
+		defer w.stop()
+		err := r.Store.List(rctx, prefix, recursive, func(o Object) error {
+			w.t.Reset(r.opts.ProgressTimeout)
+			if seen[o.Key] {
+				return nil
+			}
+			seen[o.Key] = true
+			if err := fn(o); err != nil {
+				fnErr = err
+				return err
+			}
+			return nil
+		})
+		if fnErr != nil {
+			return fnErr
+		}
+		return w.explain(err)
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+func (r *Retrying) ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error) {
+	b := &resumingBody{r: r, ctx: ctx, obj: obj, off: off, n: n}
+	if err := b.open(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// resumingBody re-requests the rest of its range when the body breaks.
+// It holds the caller's context for the life of the body, like any HTTP
+// response body does: the body is the request.
+type resumingBody struct {
+	r        *Retrying
+	ctx      context.Context
+	obj      Object
+	off, n   int64 // remaining range; n < 0: to the end
+	body     io.ReadCloser
+	w        *watchdog
+	attempts int   // resumes so far
+	cause    error // why the last body broke
+	failed   error // final error, once resuming is over
+}
+
+func (b *resumingBody) open() error {
+	return b.r.do(b.ctx, "read "+b.obj.Key, func(ctx context.Context) error {
+		rctx, w := newWatchdog(ctx, b.r.opts.FirstByteTimeout, b.r.opts.Stats)
+		body, err := b.r.Store.ReadRange(rctx, b.obj, b.off, b.n)
+		if err != nil {
+			w.stop()
+			return w.explain(err)
+		}
+		w.t.Reset(b.r.opts.ProgressTimeout)
+		b.body, b.w = body, w
+		return nil
+	})
+}
+
+func (b *resumingBody) Read(p []byte) (int, error) {
+	for {
+		if b.n == 0 {
+			return 0, io.EOF
+		}
+		if b.failed != nil {
+			return 0, b.failed
+		}
+		if b.body == nil {
+			if err := b.resume(); err != nil {
+				b.failed = err
+				return 0, err
+			}
+		}
+		if b.n > 0 && int64(len(p)) > b.n {
+			p = p[:b.n]
+		}
+		k, err := b.body.Read(p)
+		if k > 0 {
+			b.w.t.Reset(b.r.opts.ProgressTimeout)
+			b.off += int64(k)
+			if b.n > 0 {
+				b.n -= int64(k)
+			}
+		}
+		switch {
+		case err == nil:
+			return k, nil
+		case errors.Is(err, io.EOF) && b.n <= 0:
+			b.n = 0 // done (n < 0 read to the end)
+			return k, io.EOF
+		}
+		// The body broke (reset, stall cut, short body): drop it, hand
+		// over what arrived, and resume the rest on the next pass.
+		b.cause = b.w.explain(err)
+		if errors.Is(err, io.EOF) {
+			b.cause = io.ErrUnexpectedEOF
+		}
+		b.close()
+		if k > 0 {
+			return k, nil
+		}
+	}
+}
+
+func (b *resumingBody) resume() error {
+	if !Retryable(b.cause) || b.attempts >= b.r.opts.Attempts || b.ctx.Err() != nil {
+		return fmt.Errorf("read %q at %d: %w", b.obj.Key, b.off, b.cause)
+	}
+	b.attempts++
+	b.r.opts.Stats.Retries.Add(1)
+	return b.open()
+}
+
+func (b *resumingBody) close() {
+	if b.body != nil {
+		b.body.Close()
+		b.w.stop()
+		b.body = nil
+	}
+}
+
+func (b *resumingBody) Close() error {
+	b.close()
+	return nil
+}

@@ -1,0 +1,162 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+var srv *testenv.Server
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &srv)) }
+
+// faultSetup uploads n objects and returns a retrying store that reaches
+// the server through a fault proxy.
+func faultSetup(t *testing.T, n, size int, opts store.RetryOptions) (*testenv.FaultProxy, *store.Retrying, map[string][]byte, []store.Object) {
+	t.Helper()
+	direct := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(7, uint64(n)))
+	data := map[string][]byte{}
+	var objs []store.Object
+	for i := range n {
+		b := make([]byte, size/2+r.IntN(size))
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		k := fmt.Sprintf("f/%04d", i)
+		data[k] = b
+		objs = append(objs, testenv.Put(t, direct, k, b))
+	}
+	fp, err := testenv.StartFaultProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fp.Close() })
+	cfg := srv.Config(direct.Bucket())
+	cfg.Endpoint = fp.Endpoint
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp, store.NewRetrying(st, opts), data, objs
+}
+
+func readAll(ctx context.Context, st store.Store, objs []store.Object, data map[string][]byte) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, o := range objs {
+		g.Go(func() error {
+			rc, err := st.ReadRange(ctx, o, 0, o.Size)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			b, err := io.ReadAll(rc)
+			if err != nil {
+				return fmt.Errorf("%s: %w", o.Key, err)
+			}
+			if !bytes.Equal(b, data[o.Key]) {
+				return fmt.Errorf("%s: wrong bytes (%d of %d)", o.Key, len(b), len(data[o.Key]))
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// TestFaults: for each fault, a parallel read of every object completes
+// byte-exact, and the retry counter matches the faults injected.
+func TestFaults(t *testing.T) {
+	tests := []struct {
+		fault testenv.Fault
+		stall time.Duration
+	}{
+		{fault: testenv.SlowDown},
+		{fault: testenv.InternalError},
+		{fault: testenv.ResetMidBody},
+		{fault: testenv.StallFirstByte, stall: 2 * time.Second},
+		{fault: testenv.StallMidBody, stall: 2 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			stats := &store.RetryStats{}
+			fp, st, data, objs := faultSetup(t, 150, 64<<10, store.RetryOptions{
+				BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond,
+				FirstByteTimeout: 300 * time.Millisecond, ProgressTimeout: 300 * time.Millisecond,
+				Stats: stats,
+			})
+			fp.Add(testenv.Rule{Fault: tc.fault, Method: "GET", Every: 4, Stall: tc.stall})
+			if err := readAll(context.Background(), st, objs, data); err != nil {
+				t.Fatal(err)
+			}
+			inj := fp.Injected(tc.fault)
+			if inj < 10 {
+				t.Fatalf("only %d faults injected", inj)
+			}
+			// Every fault costs exactly one retry: a retried request may
+			// itself be hit again (it is a new request), which is also one retry.
+			if got := stats.Retries.Load(); got != inj {
+				t.Fatalf("retries %d, faults injected %d", got, inj)
+			}
+			if tc.stall > 0 && stats.Timeouts.Load() != inj {
+				t.Fatalf("timeouts %d, stalls injected %d", stats.Timeouts.Load(), inj)
+			}
+		})
+	}
+}
+
+// TestEndpointDown: a server gone for longer than the io timeout fails the
+// read within the bound; once it is back, new reads succeed.
+func TestEndpointDown(t *testing.T) {
+	stats := &store.RetryStats{}
+	const ioTimeout = 2 * time.Second
+	fp, st, data, objs := faultSetup(t, 3, 1<<10, store.RetryOptions{
+		BaseDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond, IOTimeout: ioTimeout, Attempts: 1000, Stats: stats,
+	})
+	fp.SetDown(true)
+	start := time.Now()
+	_, err := st.ReadRange(context.Background(), objs[0], 0, -1)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("read succeeded with the server down")
+	}
+	if took > ioTimeout+time.Second {
+		t.Fatalf("failed after %s, want within %s", took, ioTimeout)
+	}
+	if stats.GaveUp.Load() != 1 || fp.Refused() < 2 {
+		t.Fatalf("gave up %d, refused %d", stats.GaveUp.Load(), fp.Refused())
+	}
+	fp.SetDown(false)
+	if err := readAll(context.Background(), st, objs, data); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
+
+// TestFinalErrors are not retried.
+func TestFinalErrors(t *testing.T) {
+	stats := &store.RetryStats{}
+	_, st, _, objs := faultSetup(t, 1, 1<<10, store.RetryOptions{Stats: stats})
+	if _, err := st.Stat(context.Background(), "missing"); !errors.Is(err, store.ErrNotExist) {
+		t.Fatal(err)
+	}
+	stale := objs[0]
+	stale.ETag = "0123456789abcdef0123456789abcdef"
+	if _, err := st.ReadRange(context.Background(), stale, 0, -1); !errors.Is(err, store.ErrChanged) {
+		t.Fatal(err)
+	}
+	if stats.Retries.Load() != 0 {
+		t.Fatalf("%d retries of final errors", stats.Retries.Load())
+	}
+}
