@@ -57,6 +57,8 @@ type Config struct {
 	AllowOther  bool
 	Logger      *slog.Logger
 	Debug       bool
+	// Control, when set, serves the control directory (.dataccel/).
+	Control Control
 }
 
 // FS is the mounted filesystem's state shared by all nodes.
@@ -80,6 +82,11 @@ func newFS(cfg Config) *FS {
 // Next returns up to n files that follow key in its directory's listing
 // order, from cached listings only (for directory-order prefetch).
 func (f *FS) Next(key string, n int) []store.Object { return f.ns.next(key, n) }
+
+// Load installs a full listing of the mounted prefix (from a manifest or a
+// parallel listing): afterwards stat, readdir and open cost no request
+// until the metadata TTL passes.
+func (f *FS) Load(objs []store.Object) { f.ns.load(f.cfg.Prefix, objs) }
 
 func inoOf(key string) uint64 {
 	h := fnv.New64a()
@@ -109,6 +116,7 @@ func (f *FS) fileAttr(obj store.Object, out *gofuse.Attr) {
 // dirNode is a directory: a key prefix ending in "/" (or the mount's root prefix).
 type dirNode struct {
 	gofs.Inode
+	readOnly
 	fsys *FS
 	key  string
 }
@@ -133,6 +141,9 @@ func (d *dirNode) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Err
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.IsRoot() && name == ControlDir {
+		return d.controlDir(ctx, out)
+	}
 	e, ok, err := d.fsys.ns.lookup(ctx, d.key, name)
 	if err != nil {
 		return nil, d.fsys.fail("lookup", d.key+name, err)
@@ -162,6 +173,18 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 	return d.NewInode(ctx, &fileNode{fsys: d.fsys, obj: e.obj}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
 }
 
+func (d *dirNode) controlDir(ctx context.Context, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.fsys.cfg.Control == nil {
+		return nil, syscall.ENOENT
+	}
+	d.fsys.dirAttr(&out.Attr)
+	out.Ino = inoOf("\x00ctl")
+	if ch := d.GetChild(ControlDir); ch != nil {
+		return ch, 0
+	}
+	return d.NewInode(ctx, &ctlDir{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Ino}), 0
+}
+
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	l, err := d.fsys.ns.list(ctx, d.key)
 	if err != nil {
@@ -169,6 +192,9 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	}
 	out := make([]gofuse.DirEntry, 0, len(l.entries))
 	for _, e := range l.entries {
+		if d.IsRoot() && e.name == ControlDir {
+			continue // shadowed by the control directory
+		}
 		if e.dir {
 			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFDIR, Ino: inoOf(d.key + e.name + "/")})
 		} else {
@@ -182,6 +208,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 // open handle is pinned to the version it opened.
 type fileNode struct {
 	gofs.Inode
+	readOnly
 	fsys *FS
 
 	mu       sync.Mutex

@@ -33,18 +33,21 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &srv)) }
 // mountT mounts st's prefix on a fresh directory and unmounts at cleanup.
 func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) string {
 	t.Helper()
+	return mountCfg(t, Config{Store: st, Prefix: prefix, MetadataTTL: ttl}).Dir
+}
+
+func mountCfg(t *testing.T, cfg Config) *Mount {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine: FUSE tests need it (and root)")
 	}
 	dir := t.TempDir()
-	m, err := New(dir, Config{
-		Store:       st,
-		Opener:      DirectOpener{Store: st},
-		Prefix:      prefix,
-		FsName:      "test",
-		MetadataTTL: ttl,
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	if cfg.Opener == nil {
+		cfg.Opener = DirectOpener{Store: cfg.Store}
+	}
+	cfg.FsName = "test"
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := New(dir, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) stri
 			t.Error(err)
 		}
 	})
-	return dir
+	return m
 }
 
 // putAll uploads objects with 32 in flight.

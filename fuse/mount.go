@@ -119,8 +119,9 @@ func New(dir string, cfg Config) (*Mount, error) {
 		GID:             cfg.GID,
 		MountOptions: gofuse.MountOptions{
 			AllowOther: cfg.AllowOther,
-			// The kernel itself refuses writes on a read-only mount (EROFS).
-			Options:       []string{"ro", "default_permissions"},
+			// Not "ro": the control files take writes. Nodes refuse
+			// every change with EROFS (readOnly).
+			Options:       []string{"default_permissions"},
 			FsName:        cfg.FsName,
 			Name:          "dataccel",
 			DirectMount:   true, // we run as root in production; falls back to fusermount otherwise

@@ -90,36 +90,48 @@ func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
 }
 
 func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
-	l := &listing{index: map[string]int{}, at: ns.now()}
-	files := map[string]store.Object{}
-	dirs := map[string]bool{}
+	b := newDirBuilder()
 	err := ns.st.List(ctx, dir, false, func(o store.Object) error {
 		name := strings.TrimPrefix(o.Key, dir)
 		if o.IsPrefix {
 			name = strings.TrimSuffix(name, "/")
-			if !ns.validName(o.Key, name) {
-				return nil
+			if ns.validName(o.Key, name) {
+				b.dirs[name] = true
 			}
-			dirs[name] = true
 			return nil
 		}
 		if name == "" || strings.HasSuffix(name, "/") {
 			return nil // the directory's own marker object
 		}
-		if !ns.validName(o.Key, name) {
-			return nil
+		if ns.validName(o.Key, name) {
+			b.files[name] = o
 		}
-		files[name] = o
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list directory %q: %w", dir, err)
 	}
-	for name := range dirs {
+	return ns.build(b, ns.now()), nil
+}
+
+// dirBuilder collects one directory's children before they become a listing.
+type dirBuilder struct {
+	files map[string]store.Object
+	dirs  map[string]bool
+}
+
+func newDirBuilder() *dirBuilder {
+	return &dirBuilder{files: map[string]store.Object{}, dirs: map[string]bool{}}
+}
+
+func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
+	l := &listing{index: make(map[string]int, len(b.files)+len(b.dirs)), at: at}
+	l.entries = make([]entry, 0, len(b.files)+len(b.dirs))
+	for name := range b.dirs {
 		l.entries = append(l.entries, entry{name: name, dir: true})
 	}
-	for name, o := range files {
-		if dirs[name] {
+	for name, o := range b.files {
+		if b.dirs[name] {
 			ns.warn(o.Key, "a directory of the same name exists")
 			continue
 		}
@@ -129,7 +141,67 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 	for i, e := range l.entries {
 		l.index[e.name] = i
 	}
-	return l, nil
+	return l
+}
+
+// load replaces the listings of root and every directory below it with
+// ones built from a full listing of root (a manifest): afterwards, lookups
+// and readdirs under root cost no request until the TTL passes.
+func (ns *namespace) load(root string, objs []store.Object) {
+	builders := map[string]*dirBuilder{root: newDirBuilder()}
+	ensure := func(dir string) *dirBuilder {
+		b := builders[dir]
+		if b == nil {
+			b = newDirBuilder()
+			builders[dir] = b
+		}
+		return b
+	}
+	for _, o := range objs {
+		if !strings.HasPrefix(o.Key, root) {
+			continue
+		}
+		rest := o.Key[len(root):]
+		dir, skip := root, false
+		// Walk down the directories; stop at the first bad segment, as a
+		// per-directory listing would.
+		for {
+			i := strings.IndexByte(rest, '/')
+			if i < 0 {
+				break
+			}
+			name := rest[:i]
+			if !ns.validName(o.Key, name) {
+				skip = true
+				break
+			}
+			ensure(dir).dirs[name] = true
+			dir += name + "/"
+			ensure(dir)
+			rest = rest[i+1:]
+		}
+		if skip || rest == "" {
+			continue // skipped, or a marker object
+		}
+		if ns.validName(o.Key, rest) {
+			ensure(dir).files[rest] = o
+		}
+	}
+	at := ns.now()
+	built := make(map[string]*listing, len(builders))
+	for dir, b := range builders {
+		built[dir] = ns.build(b, at)
+	}
+	ns.mu.Lock()
+	for dir := range ns.dirs {
+		if strings.HasPrefix(dir, root) {
+			delete(ns.dirs, dir)
+		}
+	}
+	for dir, l := range built {
+		ns.dirs[dir] = l
+	}
+	ns.mu.Unlock()
 }
 
 // validName says whether name can be a file name in the mount. Keys whose

@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+)
+
+// goldenKeys is the JSON schema of a result (every key path, arrays as
+// []). A change here breaks every consumer of --json: bump SchemaVersion.
+var goldenKeys = strings.Fields(`
+config config.accelerators config.announce config.batch config.compute_per_sample_s config.concurrency
+config.drop_caches config.epochs config.max_steps config.order config.prefetch config.profile config.seed
+config.target_au config.workers
+paths paths[] paths[].bytes paths[].bounds paths[].bounds.bandwidth_s paths[].bounds.binding
+paths[].bounds.bound_s paths[].bounds.latency_s paths[].bounds.measured_s paths[].bounds.ratio
+paths[].bounds.request_rate_s paths[].epochs paths[].epochs[] paths[].epochs[].au paths[].epochs[].bytes
+paths[].epochs[].compute_s paths[].epochs[].epoch paths[].epochs[].io_time_s paths[].epochs[].latency_s
+paths[].epochs[].latency_s.max paths[].epochs[].latency_s.mean paths[].epochs[].latency_s.p50
+paths[].epochs[].latency_s.p90 paths[].epochs[].latency_s.p99 paths[].epochs[].latency_s.p99_9
+paths[].epochs[].mb_per_s paths[].epochs[].samples paths[].epochs[].samples_per_s paths[].epochs[].steps
+paths[].epochs[].time_to_first_batch_s paths[].epochs[].wall_s paths[].files paths[].kind
+paths[].latency_cdf paths[].latency_cdf.cold paths[].latency_cdf.warm paths[].list_s
+paths[].max_accelerators paths[].max_accelerators.limit paths[].max_accelerators.max
+paths[].max_accelerators.target_au paths[].max_accelerators.trials paths[].max_accelerators.trials[]
+paths[].max_accelerators.trials[].accelerators paths[].max_accelerators.trials[].au
+paths[].max_accelerators.trials[].wall_s paths[].path paths[].readers paths[].summary
+paths[].summary.au_cold paths[].summary.au_warm paths[].summary.io_factor paths[].summary.samples_per_epoch
+paths[].summary.t_compute_s paths[].summary.t_cold_s paths[].summary.t_io_cold_s paths[].summary.t_io_warm_s
+paths[].summary.t_warm_s
+probe probe.bandwidth_bytes_per_s probe.request_rate_per_s probe.rtt_s probe.source
+ratios ratios[] ratios[].baseline ratios[].cold_ratio ratios[].path ratios[].warm_ratio
+started tool version`)
+
+// keyPaths lists every key path of a decoded JSON value; arrays of objects
+// are descended into, arrays of numbers are leaves.
+func keyPaths(prefix string, v any, out map[string]bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, c := range v {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			out[p] = true
+			keyPaths(p, c, out)
+		}
+	case []any:
+		for _, c := range v {
+			if _, ok := c.(map[string]any); ok {
+				out[prefix+"[]"] = true
+				keyPaths(prefix+"[]", c, out)
+			}
+		}
+	}
+}
+
+// TestGenRunLocalAndS3 generates one small dataset into a directory and
+// into the test S3 server, runs both in one bench (A B A B), and checks
+// the numbers, the JSON schema and the HTML report.
+func TestGenRunLocalAndS3(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := tmpfsDir(t)
+	gcfg := genSmall(t, dir, 200)
+	var total int64
+	for _, f := range gcfg.Plan() {
+		total += f.Size
+	}
+
+	st := srv.NewBucket(t)
+	gcfg.Prefix = "imagenet/train/"
+	var progress bytes.Buffer
+	gres, err := Generate(ctx, gcfg, st, NewProgress(&progress, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gres.Files != 200 || gres.Bytes != total {
+		t.Fatalf("gen to s3: %d files %d bytes, want 200 %d", gres.Files, gres.Bytes, total)
+	}
+	if !strings.Contains(progress.String(), "gen: 200/200") {
+		t.Errorf("gen progress lacks the final line:\n%s", progress.String())
+	}
+
+	s3src := StoreSource{Store: st, Prefix: "imagenet/train/", Label: "s3://" + st.Bucket() + "/imagenet/train/"}
+	res, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 8, Batch: 16, Epochs: 2, ComputePerSample: 200 * time.Microsecond,
+		Seed: 5, Probe: true, FindMaxAccelerators: true, Profile: "test"}, DirSource{Root: dir}, s3src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Paths) != 2 || len(res.Ratios) != 1 {
+		t.Fatalf("%d paths, %d ratios; want 2, 1", len(res.Paths), len(res.Ratios))
+	}
+	for _, p := range res.Paths {
+		if p.Files != 200 || p.Bytes != total || len(p.Epochs) != 2 {
+			t.Errorf("%s: %d files %d bytes %d epochs; want 200 %d 2", p.Path, p.Files, p.Bytes, len(p.Epochs), total)
+		}
+		for _, e := range p.Epochs {
+			if e.Samples != 200 || e.Bytes != total || e.Steps != 13 || e.AU <= 0 || e.AU > 1 {
+				t.Errorf("%s epoch %d: samples %d bytes %d steps %d AU %v", p.Path, e.Epoch, e.Samples, e.Bytes, e.Steps, e.AU)
+			}
+		}
+		if p.MaxAccelerators == nil || len(p.MaxAccelerators.Trials) == 0 {
+			t.Errorf("%s: no find-max trials", p.Path)
+		}
+		if p.Bounds.Binding == "" || p.Bounds.BoundS <= 0 {
+			t.Errorf("%s: no binding bound with a probed store: %+v", p.Path, p.Bounds)
+		}
+	}
+	if res.Probe.RTTS <= 0 || res.Probe.BandwidthBps <= 0 || !strings.HasPrefix(res.Probe.Source, "probed") {
+		t.Errorf("probe: %+v", res.Probe)
+	}
+	if res.Paths[1].Kind != "s3" || res.Paths[1].Readers != 8 {
+		t.Errorf("s3 path: kind %s readers %d, want s3 8", res.Paths[1].Kind, res.Paths[1].Readers)
+	}
+
+	// JSON: stable keys, and it reads back.
+	var js bytes.Buffer
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	keyPaths("", doc, seen)
+	var got []string
+	for k := range seen {
+		got = append(got, k)
+	}
+	sort.Strings(got)
+	want := slices.Clone(goldenKeys)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("JSON keys changed:\ngot  %v\nwant %v", got, want)
+	}
+	back, err := ReadResult(bytes.NewReader(js.Bytes()))
+	if err != nil || back.Paths[1].Summary != res.Paths[1].Summary {
+		t.Errorf("read back: err %v, summary %+v", err, back.Paths[1].Summary)
+	}
+
+	// Table: both paths, aligned.
+	var tb bytes.Buffer
+	if err := res.WriteTable(&tb); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{dir, "imagenet/train/", "p99.9", "AU", "relative to"} {
+		if !strings.Contains(tb.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, tb.String())
+		}
+	}
+
+	// HTML: parses, has the three charts, runs no script.
+	var hb bytes.Buffer
+	if err := res.WriteHTML(&hb); err != nil {
+		t.Fatal(err)
+	}
+	root, err := html.Parse(bytes.NewReader(hb.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	svgs, scripts, cdfPaths := 0, 0, 0
+	for n := range root.Descendants() {
+		if n.Type != html.ElementNode {
+			continue
+		}
+		switch n.Data {
+		case "svg":
+			svgs++
+		case "script":
+			scripts++
+		case "path":
+			cdfPaths++
+		}
+		for _, a := range n.Attr {
+			if a.Key == "id" {
+				ids[a.Val] = true
+			}
+		}
+	}
+	if svgs != 3 || scripts != 0 {
+		t.Errorf("html: %d svg, %d script; want 3, 0", svgs, scripts)
+	}
+	for _, id := range []string{"epoch-time", "latency-cdf", "au"} {
+		if !ids[id] {
+			t.Errorf("html lacks chart %q", id)
+		}
+	}
+	if cdfPaths != 4 { // cold and warm for each of two paths
+		t.Errorf("html: %d CDF lines, want 4", cdfPaths)
+	}
+}

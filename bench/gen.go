@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// Putter stores one object of a known size; *s3.Store has this method.
+type Putter interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) (store.Object, error)
+}
+
+// DirPutter writes objects as files under Root, creating directories as needed.
+type DirPutter struct{ Root string }
+
+// Put implements Putter. The file is written under a temporary name and
+// renamed, so an interrupted gen never leaves a short file behind.
+func (d DirPutter) Put(_ context.Context, key string, r io.Reader, size int64) (store.Object, error) {
+	dst := filepath.Join(d.Root, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(dst), ".gen-*")
+	if err != nil {
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && size >= 0 && n != size {
+		err = fmt.Errorf("wrote %d bytes, want %d", n, size)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return store.Object{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	return store.Object{Key: key, Size: n}, nil
+}
+
+// GenConfig describes a generated dataset.
+type GenConfig struct {
+	Files   int
+	Classes int
+	// MeanSize is the target mean file size in bytes; sizes are log-normal
+	// with shape Sigma, bounded to [MinSize, MaxSize].
+	MeanSize         int64
+	Sigma            float64
+	MinSize, MaxSize int64
+	Seed             uint64
+	// Prefix is prepended to every key ("" or ending in "/").
+	Prefix string
+	// Concurrency bounds parallel uploads (default 32).
+	Concurrency int
+}
+
+// GenPreset is a named dataset shape.
+type GenPreset struct {
+	Name           string
+	Files, Classes int
+	About          string
+}
+
+// GenPresets lists the built-in dataset shapes.
+func GenPresets() []GenPreset {
+	return []GenPreset{
+		{Name: "imagenet-mini", Files: 4000, Classes: 40, About: "a few thousand files: a quick check on one node"},
+		{Name: "imagenet-1k", Files: 1281167, Classes: 1000, About: "the ImageNet-1K training set shape (~140 GB): for real clusters"},
+	}
+}
+
+// withDefaults fills the ImageNet-like size distribution: ImageNet JPEGs
+// have a mean near 110 KB and a long right tail.
+func (c GenConfig) withDefaults() GenConfig {
+	if c.Classes <= 0 {
+		c.Classes = 1
+	}
+	if c.MeanSize <= 0 {
+		c.MeanSize = 110_000
+	}
+	if c.Sigma <= 0 {
+		c.Sigma = 0.6
+	}
+	if c.MinSize <= 0 {
+		c.MinSize = 10_000
+	}
+	if c.MaxSize <= 0 {
+		c.MaxSize = 1_000_000
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 32
+	}
+	return c
+}
+
+// GenFile is one file of a generated dataset.
+type GenFile struct {
+	Key  string
+	Size int64
+}
+
+// Plan returns the files Generate would write, in key order, without
+// generating content: names and sizes depend only on the config and seed.
+func (c GenConfig) Plan() []GenFile {
+	c = c.withDefaults()
+	files := make([]GenFile, c.Files)
+	for i := range files {
+		files[i] = GenFile{Key: c.key(i), Size: c.size(i)}
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].Key < files[b].Key })
+	return files
+}
+
+// key names file i like ImageNet: CLASS/CLASS_NUMBER.JPEG, files dealt
+// round-robin over the classes.
+func (c GenConfig) key(i int) string {
+	class := fmt.Sprintf("n%08d", 1440764+(i%c.Classes)*1000)
+	return path.Join(strings.TrimSuffix(c.Prefix, "/"), class, fmt.Sprintf("%s_%d.JPEG", class, i/c.Classes))
+}
+
+// size draws file i's size from its own stream, so the dataset does not
+// depend on the order in which parallel workers generate files.
+func (c GenConfig) size(i int) int64 {
+	r := rand.New(rand.NewPCG(c.Seed, uint64(i)*2+1))
+	mu := math.Log(float64(c.MeanSize)) - c.Sigma*c.Sigma/2
+	s := int64(math.Exp(mu + c.Sigma*r.NormFloat64()))
+	return min(max(s, c.MinSize), c.MaxSize)
+}
+
+// content writes file i's bytes into buf: a real JPEG header (SOI, JFIF
+// APP0, SOF0 with plausible dimensions, SOS), incompressible pseudo-random
+// entropy-coded data, and EOI.
+func (c GenConfig) content(i int, size int64, buf *bytes.Buffer) {
+	buf.Reset()
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], c.Seed)
+	binary.LittleEndian.PutUint64(seed[8:], uint64(i))
+	rng := rand.NewChaCha8(seed)
+	w, h := uint16(500), uint16(375)
+	buf.Write([]byte{0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00})
+	buf.Write([]byte{0xFF, 0xC0, 0x00, 0x11, 0x08, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 0x03,
+		0x01, 0x22, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11, 0x01})
+	buf.Write([]byte{0xFF, 0xDA, 0x00, 0x0C, 0x03, 0x01, 0x00, 0x02, 0x11, 0x03, 0x11, 0x00, 0x3F, 0x00})
+	n := int(size) - buf.Len() - 2
+	buf.Grow(n + 2)
+	data := buf.AvailableBuffer()[:n]
+	rng.Read(data)
+	// In entropy-coded JPEG data 0xFF starts a marker; avoid stray markers.
+	for j, b := range data {
+		if b == 0xFF {
+			data[j] = 0xFE
+		}
+	}
+	buf.Write(data)
+	buf.Write([]byte{0xFF, 0xD9})
+}
+
+// GenResult summarises a Generate call.
+type GenResult struct {
+	Files   int
+	Bytes   int64
+	Elapsed time.Duration
+}
+
+// Generate writes the dataset to dst with bounded parallelism, reporting to
+// progress (nil: silent).
+func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress) (GenResult, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Files <= 0 {
+		return GenResult{}, errors.New("gen: no files requested")
+	}
+	if cfg.MinSize > cfg.MaxSize || cfg.MinSize < 64 {
+		return GenResult{}, fmt.Errorf("gen: bad size bounds [%d, %d]", cfg.MinSize, cfg.MaxSize)
+	}
+	start := time.Now()
+	bar := progress.Begin("gen", int64(cfg.Files))
+	defer bar.Done()
+	var next, total atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for range min(cfg.Concurrency, cfg.Files) {
+		g.Go(func() error {
+			var buf bytes.Buffer
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= cfg.Files {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				size := cfg.size(i)
+				cfg.content(i, size, &buf)
+				if _, err := dst.Put(gctx, cfg.key(i), bytes.NewReader(buf.Bytes()), size); err != nil {
+					return fmt.Errorf("gen: %w", err)
+				}
+				total.Add(size)
+				bar.Add(1, size)
+			}
+		})
+	}
+	err := g.Wait()
+	return GenResult{Files: cfg.Files, Bytes: total.Load(), Elapsed: time.Since(start)}, err
+}

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	var thousand []time.Duration
+	for i := 1; i <= 1000; i++ {
+		thousand = append(thousand, ms(i))
+	}
+	for _, c := range []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{"p50 of 1..1000", thousand, 0.50, ms(500)},
+		{"p90 of 1..1000", thousand, 0.90, ms(900)},
+		{"p99 of 1..1000", thousand, 0.99, ms(990)},
+		{"p99.9 of 1..1000", thousand, 0.999, ms(999)},
+		{"p100 of 1..1000", thousand, 1, ms(1000)},
+		{"one value", []time.Duration{ms(7)}, 0.999, ms(7)},
+		{"p50 of 4 values is the 2nd (nearest rank)", []time.Duration{ms(1), ms(2), ms(3), ms(4)}, 0.5, ms(2)},
+		{"empty", nil, 0.5, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Percentile(c.sorted, c.q); got != c.want {
+				t.Errorf("Percentile(%v) = %v, want %v", c.q, got, c.want)
+			}
+		})
+	}
+}
+
+func TestAUFromSteps(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Step 1 (excluded) ends at 600 ms. Steps 2 and 3 compute 100 ms each
+	// in the 500 ms that follow: AU = 200/500.
+	steps := []Step{
+		{Start: at(0), Ready: at(500), End: at(600)},
+		{Start: at(600), Ready: at(700), End: at(800)},
+		{Start: at(800), Ready: at(1000), End: at(1100)},
+	}
+	for _, c := range []struct {
+		name  string
+		steps []Step
+		want  float64
+	}{
+		{"three steps", steps, 0.4},
+		{"no stall after the first", []Step{steps[0], {Start: at(600), Ready: at(600), End: at(700)}}, 1},
+		{"one step", steps[:1], 0},
+		{"none", nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := AU(c.steps); !near(got, c.want, 1e-9) {
+				t.Errorf("AU = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// slowSource adds a fixed latency to every read, standing in for a store.
+type slowSource struct {
+	Source
+	delay time.Duration
+}
+
+func (s slowSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	time.Sleep(s.delay)
+	return s.Source.ReadFile(ctx, f, buf)
+}
+
+// tmpfsDir returns a fresh directory on tmpfs where there is one, so file
+// reads cost (almost) nothing and the injected latency dominates.
+func tmpfsDir(t *testing.T) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "dataccel-bench-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
+}
+
+func genSmall(t *testing.T, dir string, files int) GenConfig {
+	t.Helper()
+	cfg := GenConfig{Files: files, Classes: 10, Seed: 1, MeanSize: 12_000, MinSize: 4_000, MaxSize: 40_000, Concurrency: 8}
+	if _, err := Generate(context.Background(), cfg, DirPutter{Root: dir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestRunAU runs the loader on tmpfs with a fixed compute time and a fixed
+// per-file latency, and checks AU against the run's own step timestamps
+// and against the throughput model within a wide tolerance.
+func TestRunAU(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 200)
+	for _, c := range []struct {
+		name          string
+		delay         time.Duration
+		workers       int
+		auLow, auHigh float64
+	}{
+		// 10 files x 0.2 ms over 4 workers: loading is far below the
+		// 10 ms compute of a step, so the accelerator never waits.
+		{"compute-bound", 200 * time.Microsecond, 4, 0.85, 1},
+		// 10 files x 3 ms on one worker: 30 ms per batch against 10 ms of
+		// compute, so AU ~ 1/3.
+		{"io-bound", 3 * time.Millisecond, 1, 0.15, 0.6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Run(context.Background(), RunConfig{Workers: c.workers, Batch: 10, Epochs: 2,
+				ComputePerSample: time.Millisecond, Seed: 3}, slowSource{DirSource{Root: dir}, c.delay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range res.Paths[0].Epochs {
+				st := e.StepTimes
+				if e.Steps != 20 || len(st) != 20 || e.Samples != 200 {
+					t.Fatalf("epoch %d: %d steps (%d timed), %d samples; want 20, 200", e.Epoch, e.Steps, len(st), e.Samples)
+				}
+				// Expected AU from the run's own timestamps.
+				var compute time.Duration
+				for _, s := range st[1:] {
+					if s.End.Sub(s.Ready) < s.Compute {
+						t.Errorf("step computed %v, less than its %v", s.End.Sub(s.Ready), s.Compute)
+					}
+					compute += s.End.Sub(s.Ready)
+				}
+				want := compute.Seconds() / st[len(st)-1].End.Sub(st[0].End).Seconds()
+				if !near(e.AU, want, 0.01) {
+					t.Errorf("epoch %d: AU %.4f, timestamps give %.4f", e.Epoch, e.AU, want)
+				}
+				if e.AU < c.auLow || e.AU > c.auHigh {
+					t.Errorf("epoch %d: AU %.3f outside [%.2f, %.2f]", e.Epoch, e.AU, c.auLow, c.auHigh)
+				}
+				if ttfb := st[0].Ready.Sub(st[0].Start).Seconds(); !near(e.TimeToFirstBatchS, ttfb, 1e-3) || ttfb <= 0 {
+					t.Errorf("time to first batch %v, timestamps give %v", e.TimeToFirstBatchS, ttfb)
+				}
+				l := e.Latency
+				if l.P50 < c.delay.Seconds() || !(l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+					t.Errorf("latency percentiles out of order or below the injected %v: %+v", c.delay, l)
+				}
+				if !near(e.ComputeS, 0.2, 1e-9) {
+					t.Errorf("nominal compute %v s, want 200 x 1 ms", e.ComputeS)
+				}
+			}
+		})
+	}
+}
+
+func TestRunMaxStepsAndDirOrder(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 50)
+	res, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 5, Epochs: 1, MaxSteps: 4, Order: "dir"}, DirSource{Root: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.Paths[0].Epochs[0]; e.Steps != 4 || e.Samples != 20 {
+		t.Errorf("%d steps, %d samples; want 4, 20", e.Steps, e.Samples)
+	}
+	if _, err := Run(context.Background(), RunConfig{Order: "random"}, DirSource{Root: dir}); err == nil {
+		t.Error("order random accepted")
+	}
+}
+
+func TestAnnounce(t *testing.T) {
+	mount := t.TempDir()
+	data := filepath.Join(mount, "train")
+	genSmall(t, data, 40)
+	ctl := filepath.Join(mount, filepath.FromSlash(ControlFile))
+	if err := os.MkdirAll(filepath.Dir(ctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ctl, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := DirSource{Root: data}
+	res, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 8, Epochs: 2, Seed: 9, Announce: true}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := src.Files(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, i := range epochOrder(files, "shuffle", 9, 2) {
+		want.WriteString("train/" + files[i].Name + "\n")
+	}
+	got, err := os.ReadFile(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Errorf("control file holds\n%.200s\nwant epoch 2's order\n%.200s", got, want.String())
+	}
+	if res.Paths[0].Files != 40 {
+		t.Errorf("%d files listed, want 40", res.Paths[0].Files)
+	}
+	// The control directory itself is never read as data.
+	whole, err := DirSource{Root: mount}.Files(context.Background())
+	if err != nil || len(whole) != 40 {
+		t.Errorf("listing the mount root: %d files, err %v; want 40 (no .dataccel)", len(whole), err)
+	}
+
+	plain := t.TempDir()
+	if err := os.WriteFile(filepath.Join(plain, "a.JPEG"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), RunConfig{Announce: true}, DirSource{Root: plain})
+	if err == nil || !strings.Contains(err.Error(), "not inside a dataccel mount") {
+		t.Errorf("announce on a plain directory: err = %v", err)
+	}
+}

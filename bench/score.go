@@ -1,0 +1,273 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Offer is one way to rent GPUs, as written in offers.yaml.
+type Offer struct {
+	Name         string  `yaml:"name"`
+	GPU          string  `yaml:"gpu"`
+	Count        int     `yaml:"count"`
+	PricePerHour float64 `yaml:"price_per_hour"`
+	Spot         bool    `yaml:"spot"`
+	// PreemptionsPerHour is p: expected preemptions per hour (0 on demand).
+	PreemptionsPerHour float64 `yaml:"preemptions_per_hour"`
+	// CheckpointIntervalH is t, hours between checkpoints; CheckpointWriteS
+	// is d, the seconds a checkpoint stalls training.
+	CheckpointIntervalH float64 `yaml:"checkpoint_interval_h"`
+	CheckpointWriteS    float64 `yaml:"checkpoint_write_s"`
+	// RestartS is the time to get a replacement node training again, not
+	// counting the cold cache (added from the bench).
+	RestartS float64 `yaml:"restart_s"`
+	// Profile names a built-in compute profile; ComputePerSampleS (seconds
+	// per sample per GPU) overrides it.
+	Profile           string  `yaml:"profile"`
+	ComputePerSampleS float64 `yaml:"compute_per_sample_s"`
+	// IOFactor, when set, is this offer's F_io (e.g. from its own bench run).
+	IOFactor float64 `yaml:"io_factor"`
+	// BenchPath picks the bench result path that models this offer's storage.
+	BenchPath string `yaml:"bench_path"`
+	Notes     string `yaml:"notes"`
+}
+
+// Offers is an offers.yaml file.
+type Offers struct {
+	Currency string  `yaml:"currency"`
+	Offers   []Offer `yaml:"offers"`
+}
+
+// LoadOffers parses offers.yaml and checks each offer.
+func LoadOffers(r io.Reader) (Offers, error) {
+	var o Offers
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&o); err != nil {
+		return Offers{}, fmt.Errorf("offers: %w", err)
+	}
+	if len(o.Offers) == 0 {
+		return Offers{}, errors.New("offers: no offers")
+	}
+	for i, of := range o.Offers {
+		if of.Name == "" {
+			return Offers{}, fmt.Errorf("offers: offer %d has no name", i+1)
+		}
+		if of.Count <= 0 || of.PricePerHour <= 0 {
+			return Offers{}, fmt.Errorf("offers: %q: count and price_per_hour must be positive", of.Name)
+		}
+		if of.PreemptionsPerHour > 0 && of.CheckpointIntervalH <= 0 {
+			return Offers{}, fmt.Errorf("offers: %q: preemptions_per_hour needs checkpoint_interval_h", of.Name)
+		}
+		if _, err := of.perSample(); err != nil {
+			return Offers{}, fmt.Errorf("offers: %w", err)
+		}
+	}
+	if o.Currency == "" {
+		o.Currency = "USD"
+	}
+	return o, nil
+}
+
+func (o Offer) perSample() (float64, error) {
+	if o.ComputePerSampleS > 0 {
+		return o.ComputePerSampleS, nil
+	}
+	p, ok := LookupProfile(o.Profile)
+	if !ok {
+		return 0, fmt.Errorf("%q: profile %q unknown and no compute_per_sample_s", o.Name, o.Profile)
+	}
+	return p.PerSample.Seconds(), nil
+}
+
+// ScoreInput is what Score needs besides the offers.
+type ScoreInput struct {
+	Offers []Offer
+	// Bench is an optional bench result; its paths give T_io per sample.
+	Bench *Result
+	// BenchPath picks the default path of Bench (default: the first).
+	BenchPath string
+	// IOFactor, when > 0, is F_io for every offer (no bench needed).
+	IOFactor float64
+	// Epochs is E and ColdEpochs k of the training job.
+	Epochs, ColdEpochs int
+	// Samples per epoch (default: the bench's, else ImageNet-1K's 1,281,167).
+	Samples int64
+}
+
+// OfferScore is an offer with every formula value that ranked it. Times
+// are in seconds unless named _h.
+type OfferScore struct {
+	Offer
+	XCompute  float64 // samples/s of the GPUs alone: Count / compute per sample
+	TCompute  float64 // one epoch's compute time
+	TCold     float64 // cold epoch: max(T_compute, T_io cold)
+	TWarm     float64 // warm epoch: max(T_compute, T_io warm)
+	FIO       float64 // I/O factor
+	FIOSource string  // "--io-factor", "offer", or the bench path
+	RestartH  float64 // R: restart + cold-cache penalty, hours
+	Goodput   float64 // g
+	XEff      float64 // X_compute * F_io * g
+	// CostPerEpoch and CostPer1M are in the offers' currency.
+	CostPerEpoch, CostPer1M float64
+	// SamplesPerCurrency is the score: samples per currency unit.
+	SamplesPerCurrency float64
+	Rank               int
+}
+
+// Goodput is g = 1 - d/t - p*(R + t/2): the share of paid time that
+// advances training, with a checkpoint of d hours every t hours, p
+// preemptions per hour each losing R hours of restart plus on average half
+// a checkpoint interval of work. It is clamped to [0, 1].
+func Goodput(dH, tH, p, rH float64) float64 {
+	g := 1.0
+	if tH > 0 {
+		g -= dH/tH + p*(rH+tH/2)
+	} else {
+		g -= p * rH
+	}
+	return min(1, max(0, g))
+}
+
+// CostPerMillion is P_hour * 1e6 / (3600 * X_eff).
+func CostPerMillion(priceHour, xEff float64) float64 {
+	if xEff <= 0 {
+		return 0
+	}
+	return priceHour * 1e6 / (3600 * xEff)
+}
+
+const imagenet1kSamples = 1281167
+
+// Resolved fills the defaults Score uses: E from the bench (else 1), k = 1,
+// and the samples per epoch from the bench's first path (else ImageNet-1K).
+func (in ScoreInput) Resolved() ScoreInput {
+	if in.Epochs <= 0 {
+		in.Epochs = 1
+		if in.Bench != nil {
+			in.Epochs = in.Bench.Config.Epochs
+		}
+	}
+	if in.ColdEpochs <= 0 {
+		in.ColdEpochs = 1
+	}
+	if in.Samples <= 0 {
+		in.Samples = imagenet1kSamples
+		if in.Bench != nil && len(in.Bench.Paths) > 0 {
+			in.Samples = int64(in.Bench.Paths[0].Files)
+		}
+	}
+	return in
+}
+
+// Score computes each offer's effective throughput and cost, and ranks
+// the offers by cost per 1M samples, cheapest first. An offer whose
+// goodput is 0 ranks last.
+func Score(in ScoreInput) ([]OfferScore, error) {
+	in = in.Resolved()
+	var out []OfferScore
+	for _, o := range in.Offers {
+		perSample, err := o.perSample()
+		if err != nil {
+			return nil, fmt.Errorf("score: %w", err)
+		}
+		s := OfferScore{Offer: o}
+		s.XCompute = float64(o.Count) / perSample
+		s.TCompute = float64(in.Samples) / s.XCompute
+		s.TCold, s.TWarm = s.TCompute, s.TCompute
+		switch {
+		case in.IOFactor > 0:
+			s.FIO, s.FIOSource = min(1, in.IOFactor), "--io-factor"
+		case o.IOFactor > 0:
+			s.FIO, s.FIOSource = min(1, o.IOFactor), "offer"
+		case in.Bench != nil:
+			name := o.BenchPath
+			if name == "" {
+				name = in.BenchPath
+			}
+			pr, err := benchPath(in.Bench, name)
+			if err != nil {
+				return nil, fmt.Errorf("score: %q: %w", o.Name, err)
+			}
+			// The bench's loader time per sample, scaled to this epoch:
+			// an epoch takes the longer of its compute and its I/O.
+			n := float64(max(pr.Summary.SamplesPerEpoch, 1))
+			ioCold := pr.Summary.TIOColdS / n * float64(in.Samples)
+			ioWarm := pr.Summary.TIOWarmS / n * float64(in.Samples)
+			s.TCold, s.TWarm = max(s.TCompute, ioCold), max(s.TCompute, ioWarm)
+			s.FIO, s.FIOSource = IOFactor(in.Epochs, in.ColdEpochs, s.TCompute, s.TCold, s.TWarm), pr.Path
+		default:
+			return nil, fmt.Errorf("score: %q: no I/O factor: give --bench, --io-factor, or io_factor in the offer", o.Name)
+		}
+		// A replacement node starts with an empty cache: each restart costs
+		// one cold pass over the data on top of the restart itself.
+		s.RestartH = (o.RestartS + (s.TCold - s.TWarm)) / 3600
+		s.Goodput = Goodput(o.CheckpointWriteS/3600, o.CheckpointIntervalH, o.PreemptionsPerHour, s.RestartH)
+		s.XEff = s.XCompute * s.FIO * s.Goodput
+		if s.XEff > 0 {
+			s.CostPer1M = CostPerMillion(o.PricePerHour, s.XEff)
+			s.CostPerEpoch = o.PricePerHour * float64(in.Samples) / s.XEff / 3600
+			s.SamplesPerCurrency = 3600 * s.XEff / o.PricePerHour
+		}
+		out = append(out, s)
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		ca, cb := out[a].CostPer1M, out[b].CostPer1M
+		if (ca == 0) != (cb == 0) {
+			return cb == 0 // unusable offers last
+		}
+		return ca < cb
+	})
+	for i := range out {
+		out[i].Rank = i + 1
+	}
+	return out, nil
+}
+
+func benchPath(r *Result, name string) (PathResult, error) {
+	if len(r.Paths) == 0 {
+		return PathResult{}, errors.New("bench result has no paths")
+	}
+	if name == "" {
+		return r.Paths[0], nil
+	}
+	var names []string
+	for _, p := range r.Paths {
+		if p.Path == name {
+			return p, nil
+		}
+		names = append(names, p.Path)
+	}
+	return PathResult{}, fmt.Errorf("bench path %q not in the result (have %s)", name, strings.Join(names, ", "))
+}
+
+// WriteScoreTable prints the ranking and, below it, each offer's formula values.
+func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, epochs, cold int, samples int64) error {
+	ew := &errWriter{w: w}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "rank\toffer\tGPUs\t%s/h\tspot\tX_compute/s\tF_io\tg\tX_eff/s\t%s/epoch\t%s/1M samples\tsamples/%s\t\n", currency, currency, currency, currency)
+	for _, s := range scores {
+		spot := "no"
+		if s.Spot {
+			spot = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%.4g\t%.3f\t%.0f\t\n", s.Rank, s.Name, s.Count, s.GPU,
+			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, s.CostPerEpoch, s.CostPer1M, s.SamplesPerCurrency)
+	}
+	tw.Flush()
+	fmt.Fprintf(ew, "\nformulas (E = %d epochs, k = %d cold, N = %d samples/epoch):\n", epochs, cold, samples)
+	fmt.Fprintln(ew, "  F_io = E*T_compute / (k*T_cold + (E-k)*T_warm)    g = 1 - d/t - p*(R + t/2)")
+	fmt.Fprintln(ew, "  X_eff = X_compute * F_io * g    cost/1M = P_hour*1e6 / (3600*X_eff)")
+	for _, s := range scores {
+		fmt.Fprintf(ew, "  %s: T_compute %s, T_cold %s, T_warm %s, F_io %.4f (%s); d %.0fs, t %.2gh, p %.3g/h, R %.3gh -> g %.4f\n",
+			s.Name, fmtSec(s.TCompute), fmtSec(s.TCold), fmtSec(s.TWarm), s.FIO, s.FIOSource,
+			s.CheckpointWriteS, s.CheckpointIntervalH, s.PreemptionsPerHour, s.RestartH, s.Goodput)
+	}
+	return ew.err
+}

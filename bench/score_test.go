@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+func TestIOFactor(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		e, k                   int
+		tc, tCold, tWarm, want float64
+	}{
+		{"90 epochs, cold 3x compute, warm at compute speed", 90, 1, 100, 300, 100, 9000.0 / 9200},
+		{"3 epochs, cold 2x, warm at compute", 3, 1, 10, 20, 10, 30.0 / 40},
+		{"one cold epoch only", 1, 1, 10, 20, 999, 0.5},
+		{"k larger than E is clamped", 2, 5, 10, 20, 10, 0.5},
+		{"no epochs", 0, 0, 10, 20, 10, 0},
+		{"faster than compute is capped at 1", 2, 1, 10, 5, 5, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := IOFactor(c.e, c.k, c.tc, c.tCold, c.tWarm); !near(got, c.want, 1e-9) {
+				t.Errorf("IOFactor = %.9f, want %.9f", got, c.want)
+			}
+		})
+	}
+}
+
+func TestGoodput(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		d, tt, p, r float64
+		want        float64
+	}{
+		{"on demand, no checkpoints", 0, 0, 0, 0, 1},
+		{"checkpoint 3 min per hour, 0.1 preemptions/h, R 15 min", 0.05, 1, 0.1, 0.25, 1 - 0.05 - 0.1*(0.25+0.5)},
+		{"checkpoint cost only", 60.0 / 3600, 1, 0, 0, 1 - 1.0/60},
+		{"preempted all the time is clamped at 0", 0, 1, 10, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Goodput(c.d, c.tt, c.p, c.r); !near(got, c.want, 1e-12) {
+				t.Errorf("Goodput = %.12f, want %.12f", got, c.want)
+			}
+		})
+	}
+}
+
+func TestCostPerMillion(t *testing.T) {
+	// 10/h at 1000 samples/s: 3.6M samples per hour, so 1M cost 10/3.6.
+	if got := CostPerMillion(10, 1000); !near(got, 10/3.6, 1e-12) {
+		t.Errorf("CostPerMillion = %v", got)
+	}
+	if got := CostPerMillion(10, 0); got != 0 {
+		t.Errorf("CostPerMillion with no throughput = %v, want 0", got)
+	}
+}
+
+// An offer 8% dearer whose stall drops from 18% to 1% must rank first:
+// 10/0.82 = 12.2 > 10.8/0.99 = 10.9 per unit of work.
+func TestScoreDearerOfferWithLessStallRanksFirst(t *testing.T) {
+	offers := []Offer{
+		{Name: "cheap, 18% stall", GPU: "A100", Count: 8, PricePerHour: 10, Profile: "resnet50-a100", IOFactor: 0.82},
+		{Name: "8% dearer, 1% stall", GPU: "A100", Count: 8, PricePerHour: 10.8, Profile: "resnet50-a100", IOFactor: 0.99},
+	}
+	got, err := Score(ScoreInput{Offers: offers, Samples: 1281167})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Name != "8% dearer, 1% stall" || got[0].Rank != 1 || got[1].Rank != 2 {
+		t.Fatalf("ranking: %s (rank %d) first, want the dearer offer", got[0].Name, got[0].Rank)
+	}
+	xc := 8 / (0.435 / 400) // 7356.32 samples/s
+	for _, c := range []struct {
+		s      OfferScore
+		xEff   float64
+		per1M  float64
+		perEpo float64
+	}{
+		{got[0], xc * 0.99, 0.4119318181818182, 10.8 * 1281167 / (xc * 0.99) / 3600},
+		{got[1], xc * 0.82, 0.4604928861788618, 10 * 1281167 / (xc * 0.82) / 3600},
+	} {
+		if !near(c.s.XCompute, xc, 1e-6) || !near(c.s.XEff, c.xEff, 1e-6) || !near(c.s.Goodput, 1, 0) {
+			t.Errorf("%s: X_compute %v X_eff %v g %v, want %v %v 1", c.s.Name, c.s.XCompute, c.s.XEff, c.s.Goodput, xc, c.xEff)
+		}
+		if !near(c.s.CostPer1M, c.per1M, 1e-9) || !near(c.s.CostPerEpoch, c.perEpo, 1e-9) {
+			t.Errorf("%s: cost/1M %v per epoch %v, want %v %v", c.s.Name, c.s.CostPer1M, c.s.CostPerEpoch, c.per1M, c.perEpo)
+		}
+	}
+}
+
+// A dataset that fits in cache is cold for one epoch in 90: even an
+// accelerator that makes the cold epoch nearly free gains ~2%, less than an
+// 8% premium, so the plain offer must rank first.
+func TestScoreCachedDatasetMakesAcceleratorWorthLessThanPremium(t *testing.T) {
+	const n = 100000 // samples; 1 GPU at 1 ms/sample: T_compute = 100 s
+	bench := &Result{Version: SchemaVersion, Config: ResultConfig{Epochs: 3}, Paths: []PathResult{
+		{Path: "s3fs", Files: n, Summary: Summary{SamplesPerEpoch: n, TIOColdS: 300, TIOWarmS: 100}},
+		{Path: "dataccel", Files: n, Summary: Summary{SamplesPerEpoch: n, TIOColdS: 110, TIOWarmS: 100}},
+	}}
+	offers := []Offer{
+		{Name: "plain", GPU: "X", Count: 1, PricePerHour: 10, ComputePerSampleS: 0.001, BenchPath: "s3fs"},
+		{Name: "accelerated, +8%", GPU: "X", Count: 1, PricePerHour: 10.8, ComputePerSampleS: 0.001, BenchPath: "dataccel"},
+	}
+	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90, ColdEpochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct{ fio, per1M float64 }{
+		"plain":            {9000.0 / 9200, 2.839506172839506},
+		"accelerated, +8%": {9000.0 / 9010, 3.0033333333333334},
+	}
+	if got[0].Name != "plain" {
+		t.Errorf("%q ranks first; a cached dataset should make the 8%% premium not pay", got[0].Name)
+	}
+	for _, s := range got {
+		w := want[s.Name]
+		if !near(s.FIO, w.fio, 1e-9) || !near(s.CostPer1M, w.per1M, 1e-9) || !near(s.TCompute, 100, 1e-9) {
+			t.Errorf("%s: F_io %.9f cost/1M %.9f T_compute %v, want %.9f %.9f 100", s.Name, s.FIO, s.CostPer1M, s.TCompute, w.fio, w.per1M)
+		}
+	}
+}
+
+// R includes the cold-start penalty T_cold - T_warm of the offer's epoch.
+func TestScoreRestartIncludesColdPenalty(t *testing.T) {
+	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
+		{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: 300, TIOWarmS: 100}},
+	}}
+	offers := []Offer{{Name: "spot", Count: 1, PricePerHour: 5, ComputePerSampleS: 0.001, Spot: true,
+		PreemptionsPerHour: 0.05, CheckpointIntervalH: 1, CheckpointWriteS: 60, RestartS: 900}}
+	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got[0]; !near(s.RestartH, 1100.0/3600, 1e-12) || !near(s.Goodput, 0.9430555555555555, 1e-12) {
+		t.Errorf("R %v h, g %v; want %v h, 0.94305556", s.RestartH, s.Goodput, 1100.0/3600)
+	}
+}
+
+func TestScoreNeedsAnIOFactor(t *testing.T) {
+	_, err := Score(ScoreInput{Offers: []Offer{{Name: "x", Count: 1, PricePerHour: 1, Profile: "resnet50-a100"}}})
+	if err == nil || !strings.Contains(err.Error(), "no I/O factor") {
+		t.Errorf("err = %v, want a missing I/O factor error", err)
+	}
+}
+
+func TestExampleOffers(t *testing.T) {
+	f, err := os.Open("offers.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	offers, err := LoadOffers(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, o := range offers.Offers {
+		names[o.Name] = true
+	}
+	for _, want := range []string{"2x L20 48GB", "4x RTX 4090", "8x A100 80GB reserved", "8x A100 80GB spot", "8x H800 InfiniBand", "8x H800 RoCE"} {
+		if !names[want] {
+			t.Errorf("offers.example.yaml lacks %q", want)
+		}
+	}
+	scores, err := Score(ScoreInput{Offers: offers.Offers, IOFactor: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := WriteScoreTable(&out, scores, offers.Currency, 90, 1, 1281167); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"F_io = E*T_compute", "8x H800 RoCE", "USD/1M samples"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("score table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestLoadOffersRejects(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"unknown field", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, prise: 2}\n", "prise"},
+		{"no price", "offers:\n- {name: a, count: 1, profile: resnet50-a100}\n", "price_per_hour"},
+		{"unknown profile", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: tpu}\n", "profile"},
+		{"preemption without checkpoints", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, preemptions_per_hour: 0.1}\n", "checkpoint_interval_h"},
+		{"empty", "currency: EUR\n", "no offers"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := LoadOffers(strings.NewReader(c.yaml))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want one mentioning %q", err, c.want)
+			}
+		})
+	}
+}

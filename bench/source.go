@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// File is one sample of a dataset.
+type File struct {
+	// Name is the path relative to the source root, "/"-separated.
+	Name string
+	Size int64
+	// ETag pins reads of an object source; empty for directories.
+	ETag string
+}
+
+// Source is a dataset the loader reads: a directory or an S3 prefix.
+type Source interface {
+	// String names the source in reports.
+	String() string
+	// Kind is "dir" or "s3".
+	Kind() string
+	// Files lists the dataset in directory (key) order.
+	Files(ctx context.Context) ([]File, error)
+	// ReadFile reads f whole, using buf as scratch, and returns the bytes read.
+	ReadFile(ctx context.Context, f File, buf []byte) (int64, error)
+}
+
+// DirSource reads a directory tree with plain os file I/O, so it measures
+// any mount (dataccel, s3fs, NFS, local disk) the way a training job sees it.
+type DirSource struct{ Root string }
+
+func (d DirSource) String() string { return d.Root }
+
+// Kind implements Source.
+func (d DirSource) Kind() string { return "dir" }
+
+// Files implements Source. Hidden entries (names starting with ".") are
+// skipped: they hold control files such as a dataccel mount's .dataccel/.
+func (d DirSource) Files(ctx context.Context) ([]File, error) {
+	var files []File
+	err := filepath.WalkDir(d.Root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if p != d.Root && strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(d.Root, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, File{Name: filepath.ToSlash(rel), Size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", d.Root, err)
+	}
+	return files, nil
+}
+
+// ReadFile implements Source.
+func (d DirSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	fh, err := os.Open(filepath.Join(d.Root, filepath.FromSlash(f.Name)))
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", f.Name, err)
+	}
+	defer fh.Close()
+	n, err := readAll(fh, buf)
+	if err != nil {
+		return n, fmt.Errorf("read %s: %w", f.Name, err)
+	}
+	return n, nil
+}
+
+func readAll(r io.Reader, buf []byte) (int64, error) {
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		total += int64(n)
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// StoreSource reads objects under Prefix with direct GETs: the network
+// ceiling for the same data, with no cache in between.
+type StoreSource struct {
+	Store  store.Store
+	Prefix string // "" or ending in "/"
+	// Label names the source in reports (e.g. s3://bucket/prefix).
+	Label string
+}
+
+func (s StoreSource) String() string { return s.Label }
+
+// Kind implements Source.
+func (s StoreSource) Kind() string { return "s3" }
+
+// Files implements Source.
+func (s StoreSource) Files(ctx context.Context) ([]File, error) {
+	var files []File
+	err := s.Store.List(ctx, s.Prefix, true, func(o store.Object) error {
+		if o.IsPrefix || strings.HasSuffix(o.Key, "/") {
+			return nil
+		}
+		files = append(files, File{Name: strings.TrimPrefix(o.Key, s.Prefix), Size: o.Size, ETag: o.ETag})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.Label, err)
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].Name < files[b].Name })
+	return files, nil
+}
+
+func (s StoreSource) object(f File) store.Object {
+	return store.Object{Key: s.Prefix + f.Name, Size: f.Size, ETag: f.ETag}
+}
+
+// ReadFile implements Source with one GET of the whole object.
+func (s StoreSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	rc, err := s.Store.ReadRange(ctx, s.object(f), 0, -1)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	n, err := readAll(rc, buf)
+	if err != nil {
+		return n, fmt.Errorf("read %s: %w", f.Name, err)
+	}
+	return n, nil
+}
+
+// probe measures the round-trip time (median of small ranged GETs) and the
+// bandwidth reached by reading up to 8*concurrency files at concurrency
+// (a lower bound of the store's bandwidth; give --bandwidth when known).
+func (s StoreSource) probe(ctx context.Context, files []File, concurrency int) (time.Duration, float64, error) {
+	if len(files) == 0 {
+		return 0, 0, errors.New("probe: no files")
+	}
+	var rtts []time.Duration
+	for range 7 {
+		t0 := time.Now()
+		rc, err := s.Store.ReadRange(ctx, s.object(files[0]), 0, 1)
+		if err != nil {
+			return 0, 0, fmt.Errorf("probe rtt: %w", err)
+		}
+		io.Copy(io.Discard, rc)
+		rc.Close()
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	rtt := rtts[len(rtts)/2]
+
+	// Open the connections first (one small GET per worker) so handshakes
+	// do not count against the bandwidth.
+	warm, wctx := errgroup.WithContext(ctx)
+	for w := range concurrency {
+		warm.Go(func() error {
+			rc, err := s.Store.ReadRange(wctx, s.object(files[w%len(files)]), 0, 1)
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			io.Copy(io.Discard, rc)
+			return rc.Close()
+		})
+	}
+	if err := warm.Wait(); err != nil {
+		return 0, 0, err
+	}
+	sample := files[:min(len(files), 8*concurrency)]
+	var total int64
+	totals := make([]int64, concurrency)
+	t0 := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range concurrency {
+		g.Go(func() error {
+			buf := make([]byte, 256<<10)
+			for i := w; i < len(sample); i += concurrency {
+				n, err := s.ReadFile(gctx, sample[i], buf)
+				if err != nil {
+					return fmt.Errorf("probe bandwidth: %w", err)
+				}
+				totals[w] += n
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, 0, err
+	}
+	for _, n := range totals {
+		total += n
+	}
+	return rtt, float64(total) / time.Since(t0).Seconds(), nil
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/dataccel/dataccel/bench"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+// newBenchCmd is `dataccel bench gen|run`.
+func newBenchCmd(logger *slog.Logger) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Generate a dataset and measure how fast paths load it (MLPerf Storage / DLIO style)",
+		Long: `bench generates ImageNet-like datasets and emulates a training data loader over
+directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
+	}
+	cmd.AddCommand(newBenchGenCmd(), newBenchRunCmd(logger))
+	return cmd
+}
+
+// benchS3 holds the flags that reach a bucket. Credentials come from
+// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN only: a
+// secret on the command line is visible to every user through ps.
+type benchS3 struct{ endpoint, region string }
+
+func (b *benchS3) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.endpoint, "endpoint", "", "S3 endpoint URL for s3:// paths, http:// or https:// (default: AWS S3; path-style when set)")
+	cmd.Flags().StringVar(&b.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
+}
+
+// benchStoreFromURL builds a store for s3://bucket[/prefix] and returns it
+// with the prefix ("" or ending in "/"). It does not contact the server.
+func benchStoreFromURL(raw string, f benchS3, maxConns int) (*s3.Store, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "s3" || u.Host == "" {
+		return nil, "", usageError{fmt.Errorf("%q: want s3://bucket[/prefix]", raw)}
+	}
+	prefix := strings.TrimPrefix(u.Path, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	region := f.region
+	if region == "" {
+		region = os.Getenv("AWS_REGION")
+	}
+	if region == "" {
+		region = "us-east-1"
+	}
+	creds := s3.Credentials{AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		SessionToken: os.Getenv("AWS_SESSION_TOKEN")}
+	if creds.AccessKey != "" && creds.SecretKey == "" {
+		return nil, "", errors.New("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
+	}
+	st, err := s3.New(s3.Config{Endpoint: f.endpoint, Region: region, Bucket: u.Host, PathStyle: f.endpoint != "",
+		Credentials: creds, MaxConns: maxConns})
+	if err != nil {
+		return nil, "", usageError{err}
+	}
+	return st, prefix, nil
+}
+
+// benchProgress draws bars on stderr: redrawn on a terminal, plain lines otherwise.
+func benchProgress(quiet bool) *bench.Progress {
+	if quiet {
+		return nil
+	}
+	fi, err := os.Stderr.Stat()
+	return bench.NewProgress(os.Stderr, err == nil && fi.Mode()&os.ModeCharDevice != 0)
+}
+
+func newBenchGenCmd() *cobra.Command {
+	var (
+		to, preset string
+		cfg        bench.GenConfig
+		s3f        benchS3
+		quiet      bool
+	)
+	var presets []string
+	for _, p := range bench.GenPresets() {
+		presets = append(presets, fmt.Sprintf("%s (%d files, %d classes)", p.Name, p.Files, p.Classes))
+	}
+	cmd := &cobra.Command{
+		Use:   "gen --to s3://bucket/prefix|DIR",
+		Short: "Generate an ImageNet-like dataset of incompressible JPEG-like files",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to == "" {
+				return usageError{errors.New("--to is required")}
+			}
+			if preset != "" {
+				found := false
+				for _, p := range bench.GenPresets() {
+					if p.Name == preset {
+						found = true
+						if !cmd.Flags().Changed("files") {
+							cfg.Files = p.Files
+						}
+						if !cmd.Flags().Changed("classes") {
+							cfg.Classes = p.Classes
+						}
+					}
+				}
+				if !found {
+					return usageError{fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(presets, ", "))}
+				}
+			}
+			if cfg.Files <= 0 || cfg.Classes <= 0 {
+				return usageError{errors.New("-n and --classes must be positive")}
+			}
+			var dst bench.Putter = bench.DirPutter{Root: to}
+			if strings.HasPrefix(to, "s3://") {
+				st, prefix, err := benchStoreFromURL(to, s3f, cfg.Concurrency)
+				if err != nil {
+					return err
+				}
+				if err := st.MakeBucket(cmd.Context()); err != nil {
+					return err
+				}
+				cfg.Prefix, dst = prefix, st
+			}
+			res, err := bench.Generate(cmd.Context(), cfg, dst, benchProgress(quiet))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "generated %d files, %s, in %s to %s (%.1f MB/s)\n", res.Files,
+				humanize.Bytes(uint64(res.Bytes)), res.Elapsed.Round(time.Millisecond), to, float64(res.Bytes)/1e6/res.Elapsed.Seconds())
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&to, "to", "", "destination: s3://bucket/prefix or a directory")
+	fl.StringVar(&preset, "preset", "", "dataset shape: "+strings.Join(presets, ", "))
+	fl.IntVarP(&cfg.Files, "files", "n", 1000, "number of files")
+	fl.IntVar(&cfg.Classes, "classes", 10, "number of class directories")
+	fl.Int64Var(&cfg.MeanSize, "mean-size", 110_000, "mean file size in bytes (log-normal, bounded to --min-size..--max-size)")
+	fl.Int64Var(&cfg.MinSize, "min-size", 10_000, "smallest file in bytes")
+	fl.Int64Var(&cfg.MaxSize, "max-size", 1_000_000, "largest file in bytes")
+	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed: the same seed gives the same files")
+	fl.IntVar(&cfg.Concurrency, "concurrency", 32, "parallel uploads")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	s3f.register(cmd)
+	return cmd
+}
+
+func newBenchRunCmd(logger *slog.Logger) *cobra.Command {
+	var (
+		cfg                bench.RunConfig
+		profile, bandwidth string
+		jsonFile, htmlFile string
+		noProbe, quiet     bool
+		s3f                benchS3
+	)
+	var profiles []string
+	for _, p := range bench.Profiles() {
+		profiles = append(profiles, p.Name)
+	}
+	cmd := &cobra.Command{
+		Use:   "run PATH...",
+		Short: "Emulate a training data loader over one or more paths (directories or s3:// prefixes)",
+		Long: `run reads each PATH epoch by epoch, in turn (A B A B ...), with W workers per emulated
+accelerator loading batches of B files, and sleeps each batch's compute time of the
+chosen profile, with a barrier per step. It prints per epoch the wall time, samples/s,
+MB/s, per-file latency percentiles, time to first batch and accelerator utilisation (AU),
+and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if !cmd.Flags().Changed("compute-per-sample") {
+				p, ok := bench.LookupProfile(profile)
+				if !ok {
+					return usageError{fmt.Errorf("--profile %q: want one of %s, or give --compute-per-sample", profile, strings.Join(profiles, ", "))}
+				}
+				cfg.ComputePerSample = p.PerSample
+				cfg.Profile = p.Name
+			} else if cmd.Flags().Changed("profile") {
+				return usageError{errors.New("give --profile or --compute-per-sample, not both")}
+			}
+			if cfg.Order != "shuffle" && cfg.Order != "dir" {
+				return usageError{fmt.Errorf("--order %q: want shuffle or dir", cfg.Order)}
+			}
+			if bandwidth != "" {
+				b, err := humanize.ParseBytes(strings.TrimSuffix(bandwidth, "/s"))
+				if err != nil {
+					return usageError{fmt.Errorf("--bandwidth %q: want bytes per second such as 1.2GB or 500MiB", bandwidth)}
+				}
+				cfg.Bandwidth = float64(b)
+			}
+			cfg.Probe = !noProbe
+			cfg.Progress = benchProgress(quiet)
+			cfg.Logger = logger
+			var sources []bench.Source
+			for _, a := range args {
+				if !strings.HasPrefix(a, "s3://") {
+					if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
+						return usageError{fmt.Errorf("%s: not a directory or s3:// URL", a)}
+					}
+					sources = append(sources, bench.DirSource{Root: a})
+					continue
+				}
+				st, prefix, err := benchStoreFromURL(a, s3f, cfg.Concurrency)
+				if err != nil {
+					return err
+				}
+				sources = append(sources, bench.StoreSource{Store: st, Prefix: prefix, Label: a})
+			}
+			res, err := bench.Run(ctx, cfg, sources...)
+			if err != nil {
+				return err
+			}
+			if jsonFile != "" {
+				if err := writeFile(jsonFile, res.WriteJSON); err != nil {
+					return err
+				}
+			}
+			if htmlFile != "" {
+				if err := writeFile(htmlFile, res.WriteHTML); err != nil {
+					return err
+				}
+			}
+			return res.WriteTable(cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&cfg.Accelerators, "accelerators", 1, "emulated accelerators (data-parallel ranks)")
+	fl.IntVar(&cfg.Workers, "workers", 4, "reader workers per accelerator (directories)")
+	fl.IntVar(&cfg.Batch, "batch", 400, "batch size per accelerator, in samples")
+	fl.IntVar(&cfg.Prefetch, "prefetch", 2, "batches each worker may load ahead")
+	fl.IntVar(&cfg.Epochs, "epochs", 3, "epochs per path")
+	fl.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop each epoch after this many steps (0: whole dataset)")
+	fl.StringVar(&cfg.Order, "order", "shuffle", "read order: shuffle (new permutation per epoch) or dir")
+	fl.Uint64Var(&cfg.Seed, "seed", 1, "shuffle seed")
+	fl.StringVar(&profile, "profile", "resnet50-a100", "compute profile: "+strings.Join(profiles, ", "))
+	fl.DurationVar(&cfg.ComputePerSample, "compute-per-sample", 0, "custom compute time per sample (e.g. 1ms), instead of --profile")
+	fl.IntVar(&cfg.Concurrency, "concurrency", 64, "GETs in flight for s3:// paths (direct GETs)")
+	fl.BoolVar(&cfg.FindMaxAccelerators, "find-max-accelerators", false, "search the largest accelerator count with AU >= --target-au")
+	fl.Float64Var(&cfg.TargetAU, "target-au", 0.9, "AU target for --find-max-accelerators")
+	fl.BoolVar(&cfg.DropCaches, "drop-caches", false, "drop the kernel page cache before each epoch (root only; warns otherwise)")
+	fl.BoolVar(&cfg.Announce, "announce", false, "write each epoch's order to the dataccel mount's "+bench.ControlFile+" before the epoch")
+	fl.DurationVar(&cfg.RTT, "rtt", 0, "store round-trip time for the bounds (default: probed from an s3:// path)")
+	fl.StringVar(&bandwidth, "bandwidth", "", "store bandwidth for the bounds, bytes/s such as 1.2GB (default: probed from an s3:// path)")
+	fl.Float64Var(&cfg.RequestRate, "request-rate", 0, "store request rate limit for the bounds, requests/s (0: not a bound)")
+	fl.BoolVar(&noProbe, "no-probe", false, "do not probe RTT and bandwidth from an s3:// path")
+	fl.StringVar(&jsonFile, "json", "", "write the result as JSON to this file")
+	fl.StringVar(&htmlFile, "html", "", "write a self-contained HTML report to this file")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	s3f.register(cmd)
+	return cmd
+}
+
+// writeFile writes through write to path, reporting a failed close (a full
+// disk shows up there).
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// newScoreCmd is `dataccel score`.
+func newScoreCmd() *cobra.Command {
+	var (
+		benchFile, offersFile, benchPath string
+		in                               bench.ScoreInput
+	)
+	cmd := &cobra.Command{
+		Use:   "score --offers offers.yaml (--bench result.json | --io-factor F)",
+		Short: "Rank GPU offers by cost per sample, with the I/O factor measured by bench",
+		Long: `score computes for each offer the I/O factor F_io = E*T_compute/(k*T_cold + (E-k)*T_warm),
+the goodput under preemption g = 1 - d/t - p*(R + t/2), the effective throughput
+X_eff = X_compute*F_io*g, the cost per epoch and per 1M samples, and ranks the offers.
+See bench/README.md and bench/offers.example.yaml.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if offersFile == "" {
+				return usageError{errors.New("--offers is required")}
+			}
+			if benchFile == "" && in.IOFactor <= 0 {
+				return usageError{errors.New("give --bench result.json or --io-factor")}
+			}
+			if in.IOFactor > 1 {
+				return usageError{fmt.Errorf("--io-factor %v: want a value in (0, 1]", in.IOFactor)}
+			}
+			of, err := os.Open(offersFile)
+			if err != nil {
+				return err
+			}
+			offers, err := bench.LoadOffers(of)
+			of.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", offersFile, err)
+			}
+			in.Offers, in.BenchPath = offers.Offers, benchPath
+			if benchFile != "" {
+				bf, err := os.Open(benchFile)
+				if err != nil {
+					return err
+				}
+				in.Bench, err = bench.ReadResult(bf)
+				bf.Close()
+				if err != nil {
+					return fmt.Errorf("%s: %w", benchFile, err)
+				}
+			}
+			in = in.Resolved()
+			scores, err := bench.Score(in)
+			if err != nil {
+				return err
+			}
+			return bench.WriteScoreTable(cmd.OutOrStdout(), scores, offers.Currency, in.Epochs, in.ColdEpochs, in.Samples)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&benchFile, "bench", "", "bench result (bench run --json)")
+	fl.StringVar(&offersFile, "offers", "", "offers file (see bench/offers.example.yaml)")
+	fl.StringVar(&benchPath, "path", "", "bench path that models the storage of offers without bench_path (default: the first)")
+	fl.Float64Var(&in.IOFactor, "io-factor", 0, "F_io for every offer, instead of a bench result")
+	fl.IntVar(&in.Epochs, "epochs", 90, "E: epochs of the training job")
+	fl.IntVar(&in.ColdEpochs, "cold-epochs", 1, "k: epochs that start with a cold cache")
+	fl.Int64Var(&in.Samples, "samples", 0, "samples per epoch (default: the bench's file count, else 1,281,167)")
+	return cmd
+}

@@ -1,0 +1,264 @@
+package fuse
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// ControlDir is the name of the control directory at the mount's root. It
+// is found by lookup but never listed, so dataset walkers do not see it.
+const ControlDir = ".dataccel"
+
+// maxAnnounceBytes bounds one write of .dataccel/prefetch: ImageNet-1k's
+// 1.28M paths take about 60 MB.
+const maxAnnounceBytes = 256 << 20
+
+// Control is what the control files reach in the rest of dataccel.
+type Control interface {
+	// Announce sets the order in which files will be read next (an epoch).
+	Announce(order []store.Object)
+	// Stats returns a JSON snapshot of the mount's counters.
+	Stats() []byte
+}
+
+// ctlDir is MOUNT/.dataccel.
+type ctlDir struct {
+	gofs.Inode
+	readOnly
+	fsys *FS
+}
+
+var (
+	_ gofs.NodeLookuper  = (*ctlDir)(nil)
+	_ gofs.NodeReaddirer = (*ctlDir)(nil)
+	_ gofs.NodeGetattrer = (*ctlDir)(nil)
+)
+
+func (c *ctlDir) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	c.fsys.dirAttr(&out.Attr)
+	out.Mode = syscall.S_IFDIR | 0o755
+	return 0
+}
+
+func (c *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return gofs.NewListDirStream([]gofuse.DirEntry{
+		{Name: "prefetch", Mode: syscall.S_IFREG},
+		{Name: "stats", Mode: syscall.S_IFREG},
+	}), 0
+}
+
+func (c *ctlDir) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	var node gofs.InodeEmbedder
+	switch name {
+	case "prefetch":
+		node = &announceFile{fsys: c.fsys}
+	case "stats":
+		node = &statsFile{fsys: c.fsys}
+	default:
+		return nil, syscall.ENOENT
+	}
+	ch := c.GetChild(name)
+	if ch == nil {
+		ch = c.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("\x00ctl/" + name)})
+	}
+	var attr gofuse.AttrOut
+	ch.Operations().(gofs.NodeGetattrer).Getattr(ctx, nil, &attr)
+	out.Attr = attr.Attr
+	// The stats change all the time: the kernel must ask every time.
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(0)
+	return ch, 0
+}
+
+// announceFile is MOUNT/.dataccel/prefetch: a job writes the paths of its
+// next epoch, one per line relative to the mount, and closes the file.
+type announceFile struct {
+	gofs.Inode
+	fsys *FS
+}
+
+var (
+	_ gofs.NodeOpener    = (*announceFile)(nil)
+	_ gofs.NodeGetattrer = (*announceFile)(nil)
+	_ gofs.NodeSetattrer = (*announceFile)(nil)
+)
+
+func (a *announceFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o666
+	out.Nlink = 1
+	out.Owner = gofuse.Owner{Uid: a.fsys.cfg.UID, Gid: a.fsys.cfg.GID}
+	return 0
+}
+
+// Setattr accepts the truncation that open(O_TRUNC) implies.
+func (a *announceFile) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && sz != 0 {
+		return syscall.EINVAL
+	}
+	return a.Getattr(ctx, nil, out)
+}
+
+func (a *announceFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return &announceHandle{fsys: a.fsys}, gofuse.FOPEN_DIRECT_IO, 0
+}
+
+type announceHandle struct {
+	fsys *FS
+	mu   sync.Mutex
+	buf  bytes.Buffer // guarded by mu
+	done bool         // guarded by mu
+}
+
+var (
+	_ gofs.FileWriter  = (*announceHandle)(nil)
+	_ gofs.FileFlusher = (*announceHandle)(nil)
+	_ gofs.FileReader  = (*announceHandle)(nil)
+)
+
+func (h *announceHandle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	return gofuse.ReadResultData(nil), 0
+}
+
+func (h *announceHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off != int64(h.buf.Len()) {
+		return 0, syscall.EINVAL // the list is written front to back
+	}
+	if h.buf.Len()+len(data) > maxAnnounceBytes {
+		return 0, syscall.EFBIG
+	}
+	h.buf.Write(data)
+	return uint32(len(data)), 0
+}
+
+// Flush runs on close(2): the list is parsed and announced there, so a bad
+// list fails the writer's close rather than vanishing.
+func (h *announceHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	if h.done || h.buf.Len() == 0 {
+		h.mu.Unlock()
+		return 0
+	}
+	h.done = true
+	data := h.buf.Bytes()
+	h.mu.Unlock()
+	order, err := h.fsys.resolve(ctx, data)
+	if err != nil {
+		return h.fsys.fail("announce", ControlDir+"/prefetch", err)
+	}
+	h.fsys.cfg.Control.Announce(order)
+	return 0
+}
+
+// resolve turns mount-relative paths into objects, listing each directory
+// at most once (in parallel). Unknown or unsafe paths are skipped and
+// counted in one warning.
+func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
+	type item struct{ dir, name string }
+	var items []item
+	dirs := map[string]*listing{} // filled after all lines are read
+	bad := 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		p := path.Clean("/" + line)[1:] // rooted: ".." cannot climb out
+		if p == "" || strings.HasPrefix(p, ControlDir+"/") {
+			bad++
+			continue
+		}
+		dir, name := splitKey(f.cfg.Prefix + p)
+		items = append(items, item{dir, name})
+		dirs[dir] = nil
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(dirs))
+	for dir := range dirs {
+		names = append(names, dir)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	var mu sync.Mutex
+	for _, dir := range names {
+		g.Go(func() error {
+			l, err := f.ns.list(gctx, dir)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			dirs[dir] = l
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	order := make([]store.Object, 0, len(items))
+	for _, it := range items {
+		e, ok := dirs[it.dir].get(it.name)
+		if !ok || e.dir {
+			bad++
+			continue
+		}
+		order = append(order, e.obj)
+	}
+	if bad > 0 {
+		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(order))
+	}
+	f.log.Info("announced order", "files", len(order))
+	return order, nil
+}
+
+// statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.
+type statsFile struct {
+	gofs.Inode
+	fsys *FS
+}
+
+var (
+	_ gofs.NodeOpener    = (*statsFile)(nil)
+	_ gofs.NodeGetattrer = (*statsFile)(nil)
+)
+
+func (s *statsFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Nlink = 1
+	out.Size = uint64(len(s.fsys.cfg.Control.Stats()))
+	out.Owner = gofuse.Owner{Uid: s.fsys.cfg.UID, Gid: s.fsys.cfg.GID}
+	return 0
+}
+
+func (s *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS
+	}
+	return &bytesHandle{data: s.fsys.cfg.Control.Stats()}, gofuse.FOPEN_DIRECT_IO, 0
+}
+
+// bytesHandle serves a snapshot taken at open.
+type bytesHandle struct{ data []byte }
+
+func (b *bytesHandle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	if off >= int64(len(b.data)) {
+		return gofuse.ReadResultData(nil), 0
+	}
+	return gofuse.ReadResultData(b.data[off:min(int64(len(b.data)), off+int64(len(dest)))]), 0
+}

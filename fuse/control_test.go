@@ -1,0 +1,129 @@
+package fuse
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
+)
+
+type recordingControl struct {
+	mu     sync.Mutex
+	orders [][]store.Object
+}
+
+func (r *recordingControl) Announce(order []store.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.orders = append(r.orders, order)
+}
+
+func (r *recordingControl) Stats() []byte { return []byte(`{"gets":42}`) }
+
+// TestAnnounce writes an epoch order to .dataccel/prefetch: the control
+// receives the objects in that order, unknown and escaping paths are
+// skipped, and the control directory never shows in listings.
+func TestAnnounce(t *testing.T) {
+	st := srv.NewBucket(t)
+	for i := range 6 {
+		testenv.Put(t, st, fmt.Sprintf("ds/c%d/f%d", i%2, i), []byte{byte(i)})
+	}
+	ctl := &recordingControl{}
+	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
+	order := "c1/f5\n/c0/f2\n  c1/f1  \nmissing/f\n../../etc/passwd\nc0/./f0\n\n.dataccel/stats\n"
+	if err := os.WriteFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), []byte(order), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctl.mu.Lock()
+	got := ctl.orders
+	ctl.mu.Unlock()
+	if len(got) != 1 {
+		t.Fatalf("%d announcements, want 1", len(got))
+	}
+	var keys []string
+	for _, o := range got[0] {
+		if o.ETag == "" || o.Size != 1 {
+			t.Errorf("object %+v lacks metadata", o)
+		}
+		keys = append(keys, o.Key)
+	}
+	if want := "ds/c1/f5 ds/c0/f2 ds/c1/f1 ds/c0/f0"; strings.Join(keys, " ") != want {
+		t.Fatalf("announced %v, want %s", keys, want)
+	}
+	ents, err := os.ReadDir(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == ControlDir {
+			t.Fatal("control dir is listed")
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, ".dataccel", "stats"))
+	if err != nil || string(b) != `{"gets":42}` {
+		t.Fatalf("stats: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Dir, ".dataccel", "other"), nil, 0o644); err == nil {
+		t.Fatal("created a file in the control dir")
+	}
+}
+
+// TestNoControl: without a Control there is no control directory.
+func TestNoControl(t *testing.T) {
+	st := srv.NewBucket(t)
+	mnt := mountT(t, st, "", time.Hour)
+	if _, err := os.Stat(filepath.Join(mnt, ".dataccel")); !os.IsNotExist(err) {
+		t.Fatalf("stat .dataccel: %v", err)
+	}
+}
+
+// TestManifestLoad: with a full listing loaded, walking the tree and
+// reading every file costs no LIST and no HEAD.
+func TestManifestLoad(t *testing.T) {
+	raw := srv.NewBucket(t)
+	want := map[string]string{}
+	for i := range 40 {
+		k := fmt.Sprintf("m/d%d/e%d/f%02d", i%4, i%3, i)
+		want[strings.TrimPrefix(k, "m/")] = k
+		testenv.Put(t, raw, k, []byte(k))
+	}
+	testenv.Put(t, raw, "m/d9/", nil) // marker: an empty directory
+	var objs []store.Object
+	if err := store.ListAll(t.Context(), raw, "m/", 4, func(o store.Object) error { objs = append(objs, o); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	st := store.NewCounting(raw)
+	m := mountCfg(t, Config{Store: st, Prefix: "m/", MetadataTTL: time.Hour})
+	m.FS.Load(objs)
+	n := 0
+	err := filepath.Walk(m.Dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(m.Dir, p)
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != want[rel] {
+			return fmt.Errorf("%s: %q %v", rel, b, err)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(want) {
+		t.Fatalf("%d files, want %d", n, len(want))
+	}
+	if _, err := os.Stat(filepath.Join(m.Dir, "d9")); err != nil {
+		t.Fatalf("marker directory: %v", err)
+	}
+	if l, s := st.C.Lists.Load(), st.C.Stats.Load(); l != 0 || s != 0 {
+		t.Fatalf("%d LIST and %d HEAD requests with a loaded manifest", l, s)
+	}
+}
