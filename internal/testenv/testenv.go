@@ -2,7 +2,7 @@
 // backend) that tests talk to, on a free loopback port with fresh credentials
 // and a temporary directory, and creates buckets and fixtures in it.
 //
-// It is for tests only. It does not install the server: `make test-deps`
+// It is for tests and the local demo tools (internal/tools). It does not install the server: `make test-deps`
 // (run by `make test`) does; a missing binary is a test failure with a clear
 // message, never a silent skip.
 package testenv

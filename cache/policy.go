@@ -1,0 +1,229 @@
+package cache
+
+import "math"
+
+// Policy decides which blocks the disk tier keeps. It is pure bookkeeping
+// (ids and sizes, no I/O) so it can be run on traces in tests.
+//
+// Why not LRU: a dataset larger than the cache, read once per epoch in a new
+// shuffle, makes LRU evict each block just before its next use, so the hit
+// ratio falls well below cache/dataset. This policy keeps a stable resident
+// set instead ("first come stays"):
+//
+//   - while there is room, every block is admitted;
+//   - when full, a new block may only evict a resident block that is stale:
+//     not accessed for longer than a threshold; otherwise the new block is
+//     rejected and the resident set is left alone.
+//
+// The threshold adapts to the workload: it is 3x the mean reuse distance seen
+// on hits (measured in accesses), and never below 2x the resident count. With
+// shuffled epochs a resident block's reuse distance is at most two epochs and
+// averages one, so no resident block ever becomes stale and each epoch hits
+// on the same cache/dataset fraction. When the dataset changes, old blocks
+// stop being hit, their distance grows past the threshold and new blocks
+// rotate in. Before any hit has been seen the threshold is 8x the resident
+// count (until 32 hits have been seen), so a first epoch up to 8x the cache
+// keeps its first-come set. The disk tier saves the learned distance across
+// restarts.
+//
+// Policy is not safe for concurrent use; the owner serialises calls.
+type Policy struct {
+	entries    map[uint64]*policyEntry
+	head, tail *policyEntry // head: most recently accessed
+	used       int64
+	clock      uint64 // accesses seen
+	meanGap    float64
+	gapSamples uint64
+}
+
+// Entry is one resident block as the policy sees it.
+type Entry struct {
+	ID   uint64
+	Size int64
+}
+
+type policyEntry struct {
+	Entry
+	last       uint64
+	restored   bool // inserted by Restore: last is not a real access time
+	prev, next *policyEntry
+}
+
+// gapWindow: the mean reuse distance is a running mean over roughly this many
+// recent hits, so it follows a workload that changes.
+const gapWindow = 256
+
+// NewPolicy returns an empty policy.
+func NewPolicy() *Policy {
+	return &Policy{entries: make(map[uint64]*policyEntry)}
+}
+
+// Len returns the number of resident blocks.
+func (p *Policy) Len() int { return len(p.entries) }
+
+// Used returns the bytes of all resident blocks.
+func (p *Policy) Used() int64 { return p.used }
+
+// Contains reports whether id is resident, without counting an access.
+func (p *Policy) Contains(id uint64) bool { _, ok := p.entries[id]; return ok }
+
+// Access records one access to id (a lookup, hit or miss) and returns the
+// block's size and whether it is resident.
+func (p *Policy) Access(id uint64) (int64, bool) {
+	p.clock++
+	e, ok := p.entries[id]
+	if !ok {
+		return 0, false
+	}
+	if !e.restored {
+		gap := float64(p.clock - e.last)
+		p.gapSamples++
+		p.meanGap += (gap - p.meanGap) / float64(min(p.gapSamples, gapWindow))
+	}
+	e.last, e.restored = p.clock, false
+	p.moveToFront(e)
+	return e.Size, true
+}
+
+// minGapSamples: the mean reuse distance is trusted only after this many
+// hits; the first few can be tiny (a block read at the end of one epoch and
+// the start of the next) and would make every other block look stale.
+const minGapSamples = 32
+
+// threshold is the number of accesses after which an untouched block is stale.
+func (p *Policy) threshold() uint64 {
+	n := uint64(len(p.entries))
+	t := max(uint64(3*p.meanGap), 2*n)
+	if p.gapSamples < minGapSamples {
+		t = max(t, 8*max(n, 8))
+	}
+	return t
+}
+
+// ReuseDistance returns the learned mean reuse distance (in accesses) and
+// the number of hits it is based on, to be saved across restarts.
+func (p *Policy) ReuseDistance() (mean float64, samples uint64) {
+	return p.meanGap, p.gapSamples
+}
+
+// SetReuseDistance restores what ReuseDistance returned in an earlier run,
+// so that a restarted cache protects its blocks as before.
+func (p *Policy) SetReuseDistance(mean float64, samples uint64) {
+	if mean >= 0 && !math.IsInf(mean, 0) && !math.IsNaN(mean) {
+		p.meanGap, p.gapSamples = mean, samples
+	}
+}
+
+// Admit decides whether a new block id of size bytes may become resident with
+// the resident total kept within limit. It returns the blocks evicted to make
+// room; they may be non-empty even when the block is rejected (they were stale).
+// Admitting a resident id is a no-op that returns true.
+func (p *Policy) Admit(id uint64, size, limit int64) (bool, []Entry) {
+	if _, ok := p.entries[id]; ok {
+		return true, nil
+	}
+	if size > limit {
+		return false, nil
+	}
+	var victims []Entry
+	th := p.threshold()
+	for p.used+size > limit {
+		v := p.tail
+		if v == nil || p.clock-v.last <= th {
+			return false, victims
+		}
+		p.unlink(v)
+		victims = append(victims, v.Entry)
+	}
+	e := &policyEntry{Entry: Entry{ID: id, Size: size}, last: p.clock}
+	p.link(e)
+	return true, victims
+}
+
+// Restore inserts id as resident without an admission decision, as the
+// oldest entry (used when reloading a cache directory). It returns false if
+// id was already resident.
+func (p *Policy) Restore(id uint64, size int64) bool {
+	if _, ok := p.entries[id]; ok {
+		return false
+	}
+	e := &policyEntry{Entry: Entry{ID: id, Size: size}, last: p.clock, restored: true}
+	p.entries[id] = e
+	p.used += size
+	e.prev = p.tail
+	if p.tail != nil {
+		p.tail.next = e
+	} else {
+		p.head = e
+	}
+	p.tail = e
+	return true
+}
+
+// Remove drops id (a corrupt or vanished block) and reports its entry.
+func (p *Policy) Remove(id uint64) (Entry, bool) {
+	e, ok := p.entries[id]
+	if !ok {
+		return Entry{}, false
+	}
+	p.unlink(e)
+	return e.Entry, true
+}
+
+// Trim evicts the least recently accessed blocks until at most limit bytes
+// are resident, regardless of staleness (the bound shrank).
+func (p *Policy) Trim(limit int64) []Entry {
+	var victims []Entry
+	for p.used > limit && p.tail != nil {
+		v := p.tail
+		p.unlink(v)
+		victims = append(victims, v.Entry)
+	}
+	return victims
+}
+
+func (p *Policy) link(e *policyEntry) {
+	p.entries[e.ID] = e
+	p.used += e.Size
+	e.prev, e.next = nil, p.head
+	if p.head != nil {
+		p.head.prev = e
+	} else {
+		p.tail = e
+	}
+	p.head = e
+}
+
+func (p *Policy) unlink(e *policyEntry) {
+	delete(p.entries, e.ID)
+	p.used -= e.Size
+	p.detach(e)
+}
+
+func (p *Policy) detach(e *policyEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		p.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		p.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func (p *Policy) moveToFront(e *policyEntry) {
+	if p.head == e {
+		return
+	}
+	p.detach(e)
+	e.next = p.head
+	if p.head != nil {
+		p.head.prev = e
+	} else {
+		p.tail = e
+	}
+	p.head = e
+}

@@ -1,0 +1,81 @@
+package cache
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// RAM is the in-memory tier: a ristretto cache bounded in bytes (cost =
+// block length). Sets are best effort: ristretto may drop or refuse one.
+type RAM struct {
+	c     *ristretto.Cache[string, *ramEntry]
+	stats *Stats
+}
+
+// ramEntry keeps the full key beside the block so that a hash collision in
+// ristretto can never serve another key's bytes.
+type ramEntry struct {
+	key  Key
+	data []byte
+}
+
+// assumedBlock sizes ristretto's frequency sketch (about 10 counters per
+// expected entry); blocks smaller than this only make the sketch less exact.
+const assumedBlock = 64 << 10
+
+// NewRAM returns a RAM tier holding at most maxBytes of blocks. stats may be
+// nil.
+func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
+	if maxBytes <= 0 {
+		return nil, fmt.Errorf("new ram cache: max bytes %d must be positive", maxBytes)
+	}
+	if stats == nil {
+		stats = new(Stats)
+	}
+	counters := min(max(10*maxBytes/assumedBlock, 1000), 50_000_000)
+	c, err := ristretto.NewCache(&ristretto.Config[string, *ramEntry]{
+		NumCounters:        counters,
+		MaxCost:            maxBytes,
+		BufferItems:        64,
+		IgnoreInternalCost: true,
+		OnEvict:            func(*ristretto.Item[*ramEntry]) { stats.RAMEvictions.Add(1) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new ram cache: %w", err)
+	}
+	return &RAM{c: c, stats: stats}, nil
+}
+
+func ramKey(k Key) string {
+	// Object and ETag cannot hold NUL in S3 keys or ETags in practice; the
+	// full key is checked on Get anyway.
+	return k.Object + "\x00" + k.ETag + "\x00" + strconv.FormatInt(k.Block, 10)
+}
+
+// Get returns the block for k. The slice must not be modified.
+func (r *RAM) Get(k Key) ([]byte, bool) {
+	e, ok := r.c.Get(ramKey(k))
+	if !ok || e == nil || e.key != k {
+		r.stats.RAMMisses.Add(1)
+		return nil, false
+	}
+	r.stats.RAMHits.Add(1)
+	return e.data, true
+}
+
+// Put stores b under k and takes ownership of b. It may be dropped.
+func (r *RAM) Put(k Key, b []byte) {
+	r.stats.RAMPuts.Add(1)
+	if !r.c.Set(ramKey(k), &ramEntry{key: k, data: b}, int64(len(b))) {
+		r.stats.RAMDropped.Add(1)
+	}
+}
+
+// Flush waits until earlier Puts are applied (ristretto buffers them), so a
+// Get after Flush sees them unless they were dropped. For tests and warm-up.
+func (r *RAM) Flush() { r.c.Wait() }
+
+// Close releases the cache; the RAM tier must not be used afterwards.
+func (r *RAM) Close() { r.c.Close() }

@@ -1,0 +1,90 @@
+package cache
+
+// Tiered looks a block up in RAM, then on disk, and promotes disk hits to
+// RAM. Either tier may be nil. It does not own the tiers: the caller closes
+// them.
+type Tiered struct {
+	ram, disk Tier
+}
+
+// toucher is implemented by tiers whose eviction policy wants to hear about
+// accesses served by a faster tier (the disk policy must see RAM hits, or
+// blocks that are hot in RAM would look unused on disk).
+type toucher interface{ Touch(Key) }
+
+// flusher is implemented by tiers with buffered writes.
+type flusher interface{ Flush() }
+
+// NewTiered returns a tiered cache over ram and disk; pass nil for a tier
+// that is absent.
+func NewTiered(ram, disk Tier) *Tiered {
+	return &Tiered{ram: nilTier(ram), disk: nilTier(disk)}
+}
+
+// nilTier turns a typed nil pointer inside an interface into a nil interface.
+func nilTier(t Tier) Tier {
+	switch v := t.(type) {
+	case *RAM:
+		if v == nil {
+			return nil
+		}
+	case *Disk:
+		if v == nil {
+			return nil
+		}
+	case *Tiered:
+		if v == nil {
+			return nil
+		}
+	}
+	return t
+}
+
+// Get returns the block for k from the fastest tier that has it.
+func (t *Tiered) Get(k Key) ([]byte, bool) {
+	if t.ram != nil {
+		if b, ok := t.ram.Get(k); ok {
+			if tc, ok := t.disk.(toucher); ok {
+				tc.Touch(k)
+			}
+			return b, true
+		}
+	}
+	if t.disk != nil {
+		if b, ok := t.disk.Get(k); ok {
+			if t.ram != nil {
+				// Both tiers treat blocks as immutable, so sharing b is safe.
+				t.ram.Put(k, b)
+			}
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// Put stores b in RAM now and queues it for disk (the disk tier writes in
+// the background). It takes ownership of b; neither tier modifies it.
+func (t *Tiered) Put(k Key, b []byte) {
+	if t.ram != nil {
+		t.ram.Put(k, b)
+	}
+	if t.disk != nil {
+		t.disk.Put(k, b)
+	}
+}
+
+// Touch forwards an access seen elsewhere to the disk tier's policy.
+func (t *Tiered) Touch(k Key) {
+	if tc, ok := t.disk.(toucher); ok {
+		tc.Touch(k)
+	}
+}
+
+// Flush waits for buffered writes in both tiers.
+func (t *Tiered) Flush() {
+	for _, x := range []Tier{t.ram, t.disk} {
+		if f, ok := x.(flusher); ok {
+			f.Flush()
+		}
+	}
+}
