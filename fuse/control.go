@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"path"
 	"strings"
 	"sync"
@@ -154,12 +155,24 @@ func (h *announceHandle) Flush(ctx context.Context) syscall.Errno {
 	h.done = true
 	data := h.buf.Bytes()
 	h.mu.Unlock()
-	order, err := h.fsys.resolve(ctx, data)
-	if err != nil {
+	if err := h.fsys.Announce(ctx, data); err != nil {
 		return h.fsys.fail("announce", ControlDir+"/prefetch", err)
 	}
-	h.fsys.cfg.Control.Announce(order)
 	return 0
+}
+
+// Announce resolves a list of mount-relative paths (one per line) and
+// announces it, as a write of .dataccel/prefetch does.
+func (f *FS) Announce(ctx context.Context, paths []byte) error {
+	if f.cfg.Control == nil {
+		return errors.New("announce: the mount has no control")
+	}
+	order, err := f.resolve(ctx, paths)
+	if err != nil {
+		return err
+	}
+	f.cfg.Control.Announce(order)
+	return nil
 }
 
 // resolve turns mount-relative paths into objects, listing each directory

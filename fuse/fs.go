@@ -59,6 +59,9 @@ type Config struct {
 	Debug       bool
 	// Control, when set, serves the control directory (.dataccel/).
 	Control Control
+	// Preload, when set, is a full listing of Prefix (a manifest) installed
+	// before the mount serves.
+	Preload []store.Object
 }
 
 // FS is the mounted filesystem's state shared by all nodes.

@@ -109,6 +109,9 @@ func New(dir string, cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	fsys := newFS(cfg)
+	if cfg.Preload != nil {
+		fsys.Load(cfg.Preload)
+	}
 	root := &dirNode{fsys: fsys, key: cfg.Prefix}
 	ttl := fsys.cfg.MetadataTTL
 	opts := &gofs.Options{

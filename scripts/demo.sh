@@ -35,7 +35,7 @@ grep -q 'msg=mounted' "$D/mount.log" || { cat "$D/mount.log"; exit 1; }
 
 echo "== 4/6 bench: the mount (epoch 1 cold, then warm) beside direct GETs (the network ceiling)"
 "$BIN" bench run "$D/mnt" "s3://demo/train" --endpoint "$S3_ENDPOINT" \
-  --epochs 3 --batch 100 --workers 8 --profile resnet50-h100 --announce-paths "$D/mnt" \
+  --epochs 3 --batch 100 --workers 8 --profile resnet50-h100 --announce \
   --json "$D/result.json" --html "$D/report.html"
 
 echo "== 5/6 cost-performance score of the example offers (bench/offers.example.yaml)"

@@ -64,6 +64,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
 		newMountCmd(logger),
+		newWebhookCmd(logger),
 		newBenchCmd(logger),
 		newScoreCmd(),
 		newVersionCmd(),

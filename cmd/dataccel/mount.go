@@ -2,14 +2,25 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/prefetch"
+	"github.com/dataccel/dataccel/serve"
+	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
 )
 
 type mountFlags struct {
@@ -19,6 +30,53 @@ type mountFlags struct {
 	metadataTTL time.Duration
 	checkTime   time.Duration
 	debugFUSE   bool
+
+	cacheDir      string
+	cacheSize     string
+	cacheMinFree  string
+	ramCacheSize  string
+	cacheCompress bool
+
+	maxInflight    int
+	prefetch       string
+	prefetchMemory string
+	prefetchList   string
+	blockSize      string
+	hedge          bool
+	manifest       string
+	ioTimeout      time.Duration
+
+	httpAddr  string
+	readyFile string
+}
+
+func (f *mountFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	f.s3.register(fl)
+	fl.BoolVar(&f.allowOther, "allow-other", false, "let users other than the mounting one read the mount (FUSE allow_other)")
+	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories")
+	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories")
+	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted before re-listing (datasets rarely change under training)")
+	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
+	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
+
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "disk cache directory on local NVMe (none: RAM cache only); survives restarts")
+	fl.StringVar(&f.cacheSize, "cache-size", "80%", "disk cache bound: a size (500GiB) or a share of the cache filesystem (80%)")
+	fl.StringVar(&f.cacheMinFree, "cache-min-free", "5%", "free space the disk cache always leaves on its filesystem (size or %)")
+	fl.StringVar(&f.ramCacheSize, "ram-cache-size", "", "RAM cache bound: a size or a share of memory (default: 10% of memory, at most 4GiB; 0 turns it off)")
+	fl.BoolVar(&f.cacheCompress, "cache-compress", true, "compress disk-cache blocks that shrink by a useful margin (s2)")
+
+	fl.IntVar(&f.maxInflight, "max-inflight", 128, "GETs in flight at most (enough to hide a ~20 ms round trip)")
+	fl.StringVar(&f.prefetch, "prefetch", "on", "prefetch across files (directory order, announced order): on or off; read-ahead within a file stays on")
+	fl.StringVar(&f.prefetchMemory, "prefetch-memory", "1GiB", "memory for blocks in flight and read ahead")
+	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
+	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
+	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (under 5% extra GETs)")
+	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir: reuse (load it, list only if absent), refresh (load it, re-list in the background), off")
+	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
+
+	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
+	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")
 }
 
 func newMountCmd(logger *slog.Logger) *cobra.Command {
@@ -36,58 +94,231 @@ func newMountCmd(logger *slog.Logger) *cobra.Command {
 			return runMount(cmd.Context(), logger, f, args[0], args[1])
 		},
 	}
-	fl := cmd.Flags()
-	f.s3.register(fl)
-	fl.BoolVar(&f.allowOther, "allow-other", false, "let users other than the mounting one read the mount (FUSE allow_other)")
-	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories")
-	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories")
-	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted before re-listing (datasets rarely change under training)")
-	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
-	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
+	f.register(cmd)
 	return cmd
 }
 
-func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, dir string) error {
-	bucket, prefix, err := parseS3URL(rawURL)
-	if err != nil {
-		return err
+// mountPlan is the validated form of the flags.
+type mountPlan struct {
+	bucket, prefix    string
+	cacheBytes        int64
+	minFree           float64
+	ramBytes          int64
+	prefetchMem       int64
+	blockSize         int64
+	crossFile         bool
+	manifestMode      string
+	prefetchListPaths []byte
+}
+
+func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
+	var p mountPlan
+	var err error
+	if p.bucket, p.prefix, err = parseS3URL(rawURL); err != nil {
+		return p, err
 	}
+	bad := func(flag string, err error) error { return usageError{fmt.Errorf("--%s: %w", flag, err)} }
 	if f.metadataTTL <= 0 {
-		return usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
+		return p, usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
+	}
+	if f.ioTimeout <= 0 {
+		return p, usageError{fmt.Errorf("--io-timeout must be positive, got %s", f.ioTimeout)}
 	}
 	if f.uid < 0 || f.gid < 0 {
-		return usageError{fmt.Errorf("--uid and --gid must not be negative")}
+		return p, usageError{errors.New("--uid and --gid must not be negative")}
+	}
+	if f.maxInflight < 1 || f.maxInflight > 4096 {
+		return p, usageError{fmt.Errorf("--max-inflight %d: want 1..4096", f.maxInflight)}
+	}
+	switch f.prefetch {
+	case "on", "off":
+		p.crossFile = f.prefetch == "on"
+	default:
+		return p, usageError{fmt.Errorf("--prefetch %q: want on or off", f.prefetch)}
+	}
+	switch f.manifest {
+	case "reuse", "refresh", "off":
+		p.manifestMode = f.manifest
+	default:
+		return p, usageError{fmt.Errorf("--manifest %q: want reuse, refresh or off", f.manifest)}
+	}
+	if p.prefetchMem, err = cache.ParseSize(f.prefetchMemory); err != nil || p.prefetchMem < 16<<20 {
+		return p, bad("prefetch-memory", fmt.Errorf("%q: want a size of at least 16MiB", f.prefetchMemory))
+	}
+	if p.blockSize, err = cache.ParseSize(f.blockSize); err != nil || p.blockSize < 64<<10 || p.blockSize > 256<<20 {
+		return p, bad("block-size", fmt.Errorf("%q: want a size from 64KiB to 256MiB", f.blockSize))
+	}
+	mem := totalMemory()
+	ram := f.ramCacheSize
+	if ram == "" {
+		p.ramBytes = min(mem/10, 4<<30)
+	} else if p.ramBytes, err = cache.ParseSizeOrPercent(ram, mem); err != nil {
+		return p, bad("ram-cache-size", err)
+	}
+	if f.cacheDir != "" {
+		if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
+			return p, fmt.Errorf("--cache-dir: %w", err)
+		}
+		var sfs syscall.Statfs_t
+		if err := syscall.Statfs(f.cacheDir, &sfs); err != nil {
+			return p, fmt.Errorf("--cache-dir %s: %w", f.cacheDir, err)
+		}
+		disk := int64(sfs.Blocks) * int64(sfs.Bsize)
+		if p.cacheBytes, err = cache.ParseSizeOrPercent(f.cacheSize, disk); err != nil || p.cacheBytes <= 0 {
+			return p, bad("cache-size", fmt.Errorf("%q: want a positive size or share", f.cacheSize))
+		}
+		minFree, err := cache.ParseSizeOrPercent(f.cacheMinFree, disk)
+		if err != nil || minFree < 0 {
+			return p, bad("cache-min-free", fmt.Errorf("%q: want a size or share", f.cacheMinFree))
+		}
+		p.minFree = float64(minFree) / float64(max(disk, 1))
+		if p.minFree == 0 {
+			p.minFree = -1 // the cache's "no floor"
+		}
+	}
+	if f.prefetchList != "" {
+		if p.prefetchListPaths, err = os.ReadFile(f.prefetchList); err != nil {
+			return p, usageError{fmt.Errorf("--prefetch-list: %w", err)}
+		}
+	}
+	return p, nil
+}
+
+// totalMemory is the machine's RAM (or the cgroup's limit, when lower).
+func totalMemory() int64 {
+	var si syscall.Sysinfo_t
+	mem := int64(8 << 30)
+	if syscall.Sysinfo(&si) == nil {
+		mem = int64(si.Totalram) * int64(si.Unit)
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		var lim int64
+		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &lim); err == nil && lim > 0 && lim < mem {
+			mem = lim
+		}
+	}
+	return mem
+}
+
+func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, dir string) error {
+	p, err := f.plan(rawURL)
+	if err != nil {
+		return err
 	}
 	// Check the mountpoint before contacting the store: it is cheaper and
 	// the more likely mistake.
 	if err := fuse.CheckMountpoint(dir); err != nil {
 		return err
 	}
-	st, err := f.s3.openStore(ctx, bucket, f.checkTime)
+	raw, err := f.s3.openStore(ctx, p.bucket, f.checkTime)
 	if err != nil {
 		return err
 	}
+	stats := newMountStats()
+	// Counting sits below the retries, so it counts what reached the server.
+	counted := store.NewCounting(raw)
+	counted.C = &stats.store
+	var st store.Store = store.NewRetrying(counted, store.RetryOptions{
+		IOTimeout: f.ioTimeout, MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
+	})
+	if f.hedge {
+		st = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})
+	}
+
+	tier, closeCache, err := openCache(f, p, logger, &stats.cache)
+	if err != nil {
+		return err
+	}
+	defer closeCache()
+	loader := prefetch.NewLoader(st, tier, prefetch.Options{
+		BlockSize:    p.blockSize,
+		MaxInflight:  f.maxInflight,
+		MemoryBudget: p.prefetchMem,
+		CrossFile:    p.crossFile,
+		Logger:       logger,
+		Stats:        &stats.prefetch,
+	})
+	defer loader.Close()
+
+	source := "s3://" + p.bucket + "/" + p.prefix
+	manifestPath := ""
+	if f.cacheDir != "" && p.manifestMode != "off" {
+		manifestPath = filepath.Join(f.cacheDir, "manifest-"+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
+	}
+	var preload []store.Object
+	if manifestPath != "" {
+		m, err := store.LoadManifest(manifestPath, f.s3.endpoint, p.bucket, p.prefix)
+		switch {
+		case err == nil:
+			preload = m.Objects
+			logger.Info("namespace manifest loaded", "objects", len(m.Objects), "created", m.Created.Format(time.RFC3339))
+		case !errors.Is(err, os.ErrNotExist):
+			logger.Warn("namespace manifest unusable; listing instead", "err", err)
+		}
+	}
+
 	m, err := fuse.New(dir, fuse.Config{
 		Store:       st,
-		Opener:      fuse.DirectOpener{Store: st},
-		Prefix:      prefix,
-		FsName:      "s3://" + bucket + "/" + prefix,
+		Opener:      fuse.OpenerFunc(func(o store.Object) fuse.Reader { return loader.Open(o) }),
+		Prefix:      p.prefix,
+		FsName:      source,
 		MetadataTTL: f.metadataTTL,
 		UID:         uint32(f.uid),
 		GID:         uint32(f.gid),
 		AllowOther:  f.allowOther,
 		Logger:      logger,
 		Debug:       f.debugFUSE,
+		Control:     control{loader: loader, stats: stats},
+		Preload:     preload,
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("mounted", "source", "s3://"+bucket+"/"+prefix, "mountpoint", m.Dir)
+	loader.SetSiblings(m.FS)
+	logger.Info("mounted", "source", source, "mountpoint", m.Dir,
+		"ram_cache", humanBytes(p.ramBytes), "disk_cache", humanBytes(p.cacheBytes), "prefetch", f.prefetch)
+
+	// Background work owned by this mount: cancelled before unmounting.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	if p.manifestMode != "off" && (preload == nil || p.manifestMode == "refresh") {
+		// Without --cache-dir the listing still serves this mount: whole
+		// directories known up front, no LIST per directory later.
+		go refreshNamespace(bg, logger, st, m.FS, manifestPath, f.s3.endpoint, p.bucket, p.prefix)
+	}
+	if p.prefetchListPaths != nil {
+		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {
+			logger.Warn("--prefetch-list not applied", "err", err)
+		}
+	}
+
+	if f.httpAddr != "" {
+		srv := serve.New(f.httpAddr, stats.registry(), readiness(m, raw), logger)
+		if err := srv.Start(); err != nil {
+			m.Unmount()
+			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		logger.Info("serving metrics and health", "addr", srv.Addr())
+	}
+	if f.readyFile != "" {
+		if err := os.WriteFile(f.readyFile, []byte(m.Dir+"\n"), 0o644); err != nil {
+			logger.Warn("ready file not written", "path", f.readyFile, "err", err)
+		}
+		defer os.Remove(f.readyFile)
+	}
+
 	gone := make(chan struct{})
 	go func() { m.Wait(); close(gone) }()
 	select {
 	case <-ctx.Done():
 		logger.Info("signal received, unmounting", "mountpoint", m.Dir)
+		stopBG()
+		loader.Close() // stop prefetch first: nothing new starts during the unmount
 		if err := m.Unmount(); err != nil {
 			return err
 		}
@@ -96,4 +327,100 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		logger.Info("unmounted from outside", "mountpoint", m.Dir)
 	}
 	return nil
+}
+
+// openCache builds the RAM and disk tiers the flags ask for.
+func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stats) (cache.Tier, func(), error) {
+	var ram, disk cache.Tier
+	var closers []func()
+	if p.ramBytes > 0 {
+		r, err := cache.NewRAM(p.ramBytes, stats)
+		if err != nil {
+			return nil, nil, fmt.Errorf("RAM cache: %w", err)
+		}
+		ram = r
+		closers = append(closers, r.Close)
+	}
+	if f.cacheDir != "" {
+		opts := cache.DefaultDiskOptions(f.cacheDir, p.cacheBytes)
+		opts.Compress = f.cacheCompress
+		opts.MinFreeFraction = p.minFree
+		opts.Logger = logger
+		opts.Stats = stats
+		d, err := cache.NewDisk(opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("disk cache: %w", err)
+		}
+		disk = d
+		closers = append(closers, func() {
+			if err := d.Close(); err != nil {
+				logger.Warn("closing the disk cache", "err", err)
+			}
+		})
+	}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if ram == nil && disk == nil {
+		return nil, closeAll, nil
+	}
+	return cache.NewTiered(ram, disk), closeAll, nil
+}
+
+// refreshNamespace lists the whole prefix in parallel, installs it in the
+// mount and saves it as the manifest for the next mount.
+func refreshNamespace(ctx context.Context, logger *slog.Logger, st store.Store, fsys *fuse.FS, path, endpoint, bucket, prefix string) {
+	start := time.Now()
+	var objs []store.Object
+	err := store.ListAll(ctx, st, prefix, 32, func(o store.Object) error {
+		objs = append(objs, o)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Warn("listing the namespace failed; directories are listed on demand", "err", err)
+		}
+		return
+	}
+	fsys.Load(objs)
+	logger.Info("namespace listed", "objects", len(objs), "took", time.Since(start).Round(time.Millisecond))
+	if path == "" {
+		return
+	}
+	if err := store.SaveManifest(path, &store.Manifest{Endpoint: endpoint, Bucket: bucket, Prefix: prefix, Created: start, Objects: objs}); err != nil {
+		logger.Warn("namespace manifest not saved", "err", err)
+	}
+}
+
+// readiness: the mount is live and the store answered recently.
+func readiness(m *fuse.Mount, st *s3.Store) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if ok, err := fuse.IsMountpoint(m.Dir); err != nil || !ok {
+			return fmt.Errorf("mount %s is not live", m.Dir)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := st.Check(ctx); err != nil {
+			return fmt.Errorf("store not answering: %w", err)
+		}
+		return nil
+	}
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:8])
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n <= 0:
+		return "off"
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	default:
+		return fmt.Sprintf("%.0fMiB", float64(n)/(1<<20))
+	}
 }

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/prefetch"
+	"github.com/dataccel/dataccel/store"
+)
+
+// mountStats are all the counters of one mount, owned here and handed to
+// each layer; metrics and .dataccel/stats read the same atomics.
+type mountStats struct {
+	start    time.Time
+	store    store.Counts
+	retry    store.RetryStats
+	cache    cache.Stats
+	prefetch prefetch.Stats
+}
+
+func newMountStats() *mountStats { return &mountStats{start: time.Now()} }
+
+type metric struct {
+	name, help string
+	v          *atomic.Int64
+	gauge      bool
+}
+
+func (s *mountStats) metrics() []metric {
+	c, p := &s.cache, &s.prefetch
+	return []metric{
+		{"store_requests_stat_total", "HEAD requests sent to the object store", &s.store.Stats, false},
+		{"store_requests_list_total", "LIST requests sent to the object store", &s.store.Lists, false},
+		{"store_requests_get_total", "GET requests sent to the object store", &s.store.Gets, false},
+		{"store_get_bytes_total", "bytes received from the object store", &s.store.Bytes, false},
+		{"store_retries_total", "requests sent again after a retryable failure", &s.retry.Retries, false},
+		{"store_timeouts_total", "requests cut for no first byte or no progress", &s.retry.Timeouts, false},
+		{"store_gave_up_total", "operations that failed after retrying (EIO)", &s.retry.GaveUp, false},
+		{"loader_gets_total", "block fetches started by the loader", &p.Gets, false},
+		{"loader_get_errors_total", "block fetches that failed", &p.GetErrors, false},
+		{"inflight_gets", "block fetches in flight", &p.Inflight, true},
+		{"loader_cache_hits_total", "blocks served from the cache tiers", &p.CacheHits, false},
+		{"loader_ready_hits_total", "blocks served from prefetched memory", &p.ReadyHits, false},
+		{"loader_shared_total", "reads that joined a fetch already in flight", &p.Shared, false},
+		{"prefetch_issued_total", "prefetch fetches started", &p.PrefetchIssued, false},
+		{"prefetch_used_total", "prefetched blocks later read", &p.PrefetchUsed, false},
+		{"prefetch_wasted_total", "prefetched blocks dropped unread", &p.PrefetchWasted, false},
+		{"prefetch_skipped_total", "read-ahead skipped for lack of memory or slots", &p.PrefetchSkipped, false},
+		{"prefetch_memory_bytes", "bytes of blocks in flight or read ahead", &p.MemInUse, true},
+		{"hedged_gets_total", "duplicate GETs sent for late small objects", &p.Hedges, false},
+		{"hedged_wins_total", "duplicate GETs that answered first", &p.HedgeWins, false},
+		{"cache_ram_hits_total", "RAM cache hits", &c.RAMHits, false},
+		{"cache_ram_misses_total", "RAM cache misses", &c.RAMMisses, false},
+		{"cache_ram_evictions_total", "RAM cache evictions", &c.RAMEvictions, false},
+		{"cache_disk_hits_total", "disk cache hits", &c.DiskHits, false},
+		{"cache_disk_misses_total", "disk cache misses", &c.DiskMisses, false},
+		{"cache_disk_read_bytes_total", "bytes read from the disk cache", &c.DiskReadBytes, false},
+		{"cache_disk_write_bytes_total", "bytes written to the disk cache", &c.DiskWriteBytes, false},
+		{"cache_disk_evictions_total", "disk cache evictions", &c.DiskEvictions, false},
+		{"cache_disk_rejected_total", "blocks the disk cache declined (full, resident set kept)", &c.DiskRejected, false},
+		{"cache_disk_dropped_total", "disk writes dropped because the write queue was full", &c.DiskDropped, false},
+		{"cache_corruptions_total", "disk cache blocks that failed their checksum", &c.DiskCorruptions, false},
+		{"cache_disk_errors_total", "disk cache I/O errors", &c.DiskErrors, false},
+		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
+		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
+		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},
+	}
+}
+
+// registry exposes every counter as dataccel_*. No label carries anything
+// but fixed names: never a key, bucket credential or path.
+func (s *mountStats) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	for _, m := range s.metrics() {
+		v := m.v
+		f := func() float64 { return float64(v.Load()) }
+		opts := prometheus.Opts{Namespace: "dataccel", Name: m.name, Help: m.help}
+		if m.gauge {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts), f))
+		} else {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts(opts), f))
+		}
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "dataccel", Name: "uptime_seconds", Help: "seconds since the mount started",
+	}, func() float64 { return time.Since(s.start).Seconds() }))
+	return reg
+}
+
+// snapshot is the JSON of .dataccel/stats: the same counters, by name.
+func (s *mountStats) snapshot() []byte {
+	out := make(map[string]int64, 40)
+	for _, m := range s.metrics() {
+		out[m.name] = m.v.Load()
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	return append(b, '\n')
+}
+
+// control serves the mount's control files.
+type control struct {
+	loader *prefetch.Loader
+	stats  *mountStats
+}
+
+func (c control) Announce(order []store.Object) { c.loader.Announce(order) }
+func (c control) Stats() []byte                 { return c.stats.snapshot() }
