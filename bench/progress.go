@@ -98,13 +98,18 @@ func (b *Bar) draw(final bool) {
 	if total > 0 {
 		frac = min(1, float64(n)/float64(total))
 	}
+	eta := "-"
+	if n > 0 && total > n && !final {
+		eta = (time.Duration(el/float64(n)*float64(total-n)) * time.Second).Round(time.Second).String()
+	}
+	gb := float64(b.bytes.Load()) / 1e9
 	b.p.mu.Lock()
 	defer b.p.mu.Unlock()
 	if b.p.tty {
 		const width = 30
 		fill := int(frac * width)
-		line := fmt.Sprintf("\r%-12s [%s%s] %3.0f%% %d/%d  %.1f MB/s  %.1fs\033[K",
-			b.label, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), frac*100, n, total, mbs, el)
+		line := fmt.Sprintf("\r%-12s [%s%s] %3.0f%% %d/%d  %.2f GB  %.1f MB/s  %.1fs  ETA %s\033[K",
+			b.label, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), frac*100, n, total, gb, mbs, el, eta)
 		if final {
 			line += "\n"
 		}
@@ -115,5 +120,5 @@ func (b *Bar) draw(final bool) {
 		return
 	}
 	b.lastPrinted = n
-	fmt.Fprintf(b.p.w, "%s: %d/%d (%.0f%%) %.1f MB/s %.1fs\n", b.label, n, total, frac*100, mbs, el)
+	fmt.Fprintf(b.p.w, "%s: %d/%d (%.0f%%) %.2f GB %.1f MB/s %.1fs ETA %s\n", b.label, n, total, frac*100, gb, mbs, el, eta)
 }

@@ -26,13 +26,10 @@ type Mount struct {
 // directory, and not be a mount already. A stale FUSE mount left by a
 // crashed process ("transport endpoint is not connected") is detached first.
 func CheckMountpoint(dir string) error {
-	fi, err := os.Stat(dir)
-	if errors.Is(err, syscall.ENOTCONN) {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
-		}
-		fi, err = os.Stat(dir)
+	if err := cleanStale(dir); err != nil {
+		return err
 	}
+	fi, err := os.Stat(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("mountpoint %s does not exist", dir)
@@ -48,6 +45,21 @@ func CheckMountpoint(dir string) error {
 	}
 	if mounted {
 		return fmt.Errorf("mountpoint %s is already a mount point (unmount it first)", dir)
+	}
+	return nil
+}
+
+// cleanStale detaches a FUSE mount at dir whose server is gone: the kernel
+// answers ENOTCONN for it (stat may still succeed from cached attributes,
+// statfs does not).
+func cleanStale(dir string) error {
+	var sfs syscall.Statfs_t
+	err := syscall.Statfs(dir, &sfs)
+	if !errors.Is(err, syscall.ENOTCONN) {
+		return nil
+	}
+	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
 	}
 	return nil
 }

@@ -64,6 +64,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
 		newMountCmd(logger),
+		newWarmCmd(logger),
+		newCacheCmd(),
 		newWebhookCmd(logger),
 		newBenchCmd(logger),
 		newScoreCmd(),

@@ -305,6 +305,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		}()
 		logger.Info("serving metrics and health", "addr", srv.Addr())
 	}
+	if f.cacheDir != "" {
+		rec := filepath.Join(f.cacheDir, mountRecord)
+		os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644)
+		defer os.Remove(rec)
+	}
 	if f.readyFile != "" {
 		if err := os.WriteFile(f.readyFile, []byte(m.Dir+"\n"), 0o644); err != nil {
 			logger.Warn("ready file not written", "path", f.readyFile, "err", err)

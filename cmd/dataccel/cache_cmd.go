@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/fuse"
+)
+
+// mountRecord is written into the cache dir by a running mount, so that
+// `cache stat` can find its live counters.
+const mountRecord = "mounted-at"
+
+func newCacheCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "cache",
+		Short: "Inspect or empty a disk cache directory",
+	}
+	cmd.PersistentFlags().StringVar(&dir, "cache-dir", "", "the disk cache directory")
+	need := func() error {
+		if dir == "" {
+			return usageError{errors.New("--cache-dir is required")}
+		}
+		return nil
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "stat",
+		Short: "Entries, bytes and compression savings; hit/miss counters of a running mount",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(); err != nil {
+				return err
+			}
+			s, err := cache.StatDir(dir)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintf(w, "cache dir\t%s\n", dir)
+			fmt.Fprintf(w, "blocks\t%d\n", s.Entries)
+			fmt.Fprintf(w, "bytes on disk\t%s\n", humanBytes(s.DiskBytes))
+			fmt.Fprintf(w, "bytes cached (raw)\t%s\n", humanBytes(s.RawBytes))
+			fmt.Fprintf(w, "saved by compression\t%s (%d blocks compressed)\n", humanBytes(s.SavedBytes), s.Compressed)
+			if s.Unreadable > 0 || s.TempFiles > 0 {
+				fmt.Fprintf(w, "unreadable blocks\t%d\nunfinished writes\t%d\n", s.Unreadable, s.TempFiles)
+			}
+			w.Flush()
+			if mnt, err := os.ReadFile(filepath.Join(dir, mountRecord)); err == nil {
+				mp := strings.TrimSpace(string(mnt))
+				if live, _ := fuse.IsMountpoint(mp); live {
+					if b, err := os.ReadFile(filepath.Join(mp, fuse.ControlDir, "stats")); err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "\nrunning mount %s counters:\n%s", mp, b)
+					}
+				}
+			}
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "purge",
+		Short: "Delete every cached block (refuses a directory a mount is using)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(); err != nil {
+				return err
+			}
+			if err := cache.PurgeDir(dir); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "purged", dir)
+			return nil
+		},
+	})
+	return cmd
+}

@@ -1,0 +1,370 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+// dataset uploads n files of random bytes under prefix and returns them by
+// path relative to the prefix.
+func dataset(t *testing.T, st *s3.Store, prefix string, n, size int) map[string][]byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(uint64(n), uint64(size)))
+	files := map[string][]byte{}
+	g := new(errgroup.Group)
+	g.SetLimit(16)
+	for i := range n {
+		b := make([]byte, size/2+r.IntN(size))
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		rel := fmt.Sprintf("c%02d/img%05d.jpg", i%7, i)
+		files[rel] = b
+		g.Go(func() error {
+			_, err := st.Put(context.Background(), prefix+rel, bytes.NewReader(b), int64(len(b)))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// running is an in-process `dataccel mount`.
+type running struct {
+	dir  string
+	stop context.CancelFunc
+	done chan error
+}
+
+// startMount runs `dataccel mount ARGS... MOUNTPOINT` in-process until the
+// test ends (or stopMount), with the test server's credentials.
+func startMount(t *testing.T, dir string, args ...string) *running {
+	t.Helper()
+	setCreds(t, srv.AccessKey, srv.SecretKey)
+	root := newRootCmd()
+	root.SetArgs(append(append([]string{"mount", "--log-level", "warn"}, args...), dir))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{dir: dir, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- root.ExecuteContext(ctx) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if ok, _ := fuse.IsMountpoint(dir); ok {
+			break
+		}
+		select {
+		case err := <-r.done:
+			t.Fatalf("mount exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("mount not live after 15 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(func() { r.unmount(t) })
+	return r
+}
+
+func (r *running) unmount(t *testing.T) {
+	t.Helper()
+	if r.stop == nil {
+		return
+	}
+	r.stop()
+	r.stop = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("mount exit: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("mount did not exit")
+	}
+}
+
+// stats reads the mount's counters from .dataccel/stats.
+func (r *running) stats(t *testing.T) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.dir, ".dataccel", "stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("stats %q: %v", b, err)
+	}
+	return m
+}
+
+// readAllFiles reads every file through the mount with 16 readers and
+// checks its bytes.
+func readAllFiles(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	g := new(errgroup.Group)
+	g.SetLimit(16)
+	for rel, want := range files {
+		g.Go(func() error {
+			b, err := os.ReadFile(filepath.Join(dir, rel))
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(b, want) {
+				return fmt.Errorf("%s: wrong bytes", rel)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartServesFromCache: fill the disk cache through a mount, unmount,
+// remount with the same cache dir: reading everything again costs no GET,
+// and the manifest spares every LIST and HEAD.
+func TestRestartServesFromCache(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 150, 40<<10)
+	cacheDir := t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "1GiB", "--ram-cache-size", "0", "s3://" + st.Bucket() + "/ds"}
+	m := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	first := m.stats(t)
+	if first["store_requests_get_total"] < int64(len(files)) {
+		t.Fatalf("cold read made %d GETs for %d files", first["store_requests_get_total"], len(files))
+	}
+	waitManifest(t, cacheDir)
+	m.unmount(t)
+
+	m2 := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m2.dir, files)
+	s := m2.stats(t)
+	if s["store_requests_get_total"] != 0 || s["store_requests_list_total"] != 0 || s["store_requests_stat_total"] != 0 {
+		t.Fatalf("remount: %d GET, %d LIST, %d HEAD; want 0 each", s["store_requests_get_total"], s["store_requests_list_total"], s["store_requests_stat_total"])
+	}
+	if s["cache_disk_hits_total"] < int64(len(files)) {
+		t.Fatalf("disk hits %d, want >= %d", s["cache_disk_hits_total"], len(files))
+	}
+}
+
+func waitManifest(t *testing.T, cacheDir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(cacheDir, "manifest-*")); len(m) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no manifest written")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCorruptCacheThroughMount flips bytes in cached block files: reads
+// through the mount stay exact and the corruption counter rises.
+func TestCorruptCacheThroughMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 60, 30<<10)
+	cacheDir := t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--ram-cache-size", "0", "s3://" + st.Bucket()}
+	m := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	m.unmount(t)
+	flipped := 0
+	filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() || filepath.Dir(p) == cacheDir || fi.Size() < 1000 {
+			return err
+		}
+		if flipped%2 == 0 { // every other block
+			b, _ := os.ReadFile(p)
+			b[len(b)-100] ^= 0xff
+			os.WriteFile(p, b, 0o644)
+		}
+		flipped++
+		return nil
+	})
+	if flipped < 50 {
+		t.Fatalf("only %d block files in the cache", flipped)
+	}
+	m2 := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m2.dir, files)
+	s := m2.stats(t)
+	if s["cache_corruptions_total"] < int64(flipped/2) {
+		t.Fatalf("corruptions counted %d, flipped %d", s["cache_corruptions_total"], flipped/2)
+	}
+	if s["store_requests_get_total"] < int64(flipped/2) {
+		t.Fatalf("%d GETs: corrupt blocks were not fetched again", s["store_requests_get_total"])
+	}
+}
+
+// TestWarmResume interrupts a warm, runs it again: the second run fetches
+// only the rest, and a mount on the warmed cache reads with no GET.
+func TestWarmResume(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "w/", 300, 20<<10)
+	cacheDir := t.TempDir()
+	setCreds(t, srv.AccessKey, srv.SecretKey)
+	warmArgs := []string{"warm", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--concurrency", "4", "-q", "s3://" + st.Bucket() + "/w"}
+
+	// first run: stopped by SIGINT once part of the cache is written
+	cmd := exec.Command(bin, warmArgs...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	var out syncBuffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { n, _ := countBlocks(cacheDir); return n >= 30 })
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err == nil {
+		t.Log("warm finished before the interrupt; the resume below then has nothing to fetch")
+	} else if !strings.Contains(out.String(), "run it again") {
+		t.Fatalf("interrupted warm did not say how to resume:\n%s", out.String())
+	}
+	n1, _ := countBlocks(cacheDir)
+
+	// second run: completes, fetching only what is missing
+	out2, err := exec.Command(bin, warmArgs...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("second warm: %v\n%s", err, out2)
+	}
+	gets := logInt(t, string(out2), "gets")
+	if want := int64(len(files) - n1); gets > want || gets < want-5 {
+		t.Fatalf("second warm made %d GETs; %d of %d files were cached before", gets, n1, len(files))
+	}
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--ram-cache-size", "0", "--prefetch", "off", "s3://"+st.Bucket()+"/w")
+	readAllFiles(t, m.dir, files)
+	if s := m.stats(t); s["store_requests_get_total"] != 0 {
+		t.Fatalf("mount on a warmed cache made %d GETs", s["store_requests_get_total"])
+	}
+}
+
+func countBlocks(dir string) (int, error) {
+	n := 0
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && filepath.Dir(p) != dir && !strings.Contains(fi.Name(), ".tmp") {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// logInt finds key=N in slog text output.
+func logInt(t *testing.T, logs, key string) int64 {
+	t.Helper()
+	i := strings.LastIndex(logs, " "+key+"=")
+	if i < 0 {
+		t.Fatalf("no %s= in:\n%s", key, logs)
+	}
+	var v int64
+	fmt.Sscan(logs[i+len(key)+2:], &v)
+	return v
+}
+
+// TestMetricsAndReadiness: /metrics counts what the mount did, /readyz
+// turns unready when the store is unreachable, and no secret shows.
+func TestMetricsAndReadiness(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 40, 10<<10)
+	fp, err := testenv.StartFaultProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	port, _ := testenv.FreePort()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--http", addr, "--hedge=false", "--prefetch", "off", "--manifest", "off", "s3://"+st.Bucket())
+	readAllFiles(t, m.dir, files)
+	body := httpGet(t, "http://"+addr+"/metrics", 200)
+	gets := metricValue(t, body, "dataccel_store_requests_get_total")
+	if gets != float64(len(files)) {
+		t.Fatalf("metrics count %v GETs for %d small files read once", gets, len(files))
+	}
+	if metricValue(t, body, "dataccel_cache_ram_misses_total") == 0 {
+		t.Fatal("no cache misses counted")
+	}
+	if strings.Contains(body, srv.SecretKey) || strings.Contains(body, srv.AccessKey) {
+		t.Fatal("metrics carry a credential")
+	}
+	httpGet(t, "http://"+addr+"/healthz", 200)
+	httpGet(t, "http://"+addr+"/readyz", 200)
+	fp.SetDown(true)
+	httpGet(t, "http://"+addr+"/readyz", 503)
+	fp.SetDown(false)
+	httpGet(t, "http://"+addr+"/readyz", 200)
+}
+
+func httpGet(t *testing.T, url string, want int) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: %d, want %d: %s", url, resp.StatusCode, want, b)
+	}
+	return string(b)
+}
+
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			var v float64
+			fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
+			return v
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestStaleMountCleaned: a mount whose process was SIGKILLed leaves
+// "transport endpoint is not connected"; the next mount cleans it.
+func TestStaleMountCleaned(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "f", []byte("x"))
+	mnt := t.TempDir()
+	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() bool { ok, _ := fuse.IsMountpoint(mnt); return ok })
+	cmd.Process.Kill()
+	cmd.Wait()
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sfs); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("statfs after SIGKILL: %v; the test needs a stale mount (ENOTCONN)", err)
+	}
+	m := startMount(t, mnt, "--endpoint", srv.Endpoint, "s3://"+st.Bucket())
+	if b, err := os.ReadFile(filepath.Join(m.dir, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("read after cleaning the stale mount: %q %v", b, err)
+	}
+}

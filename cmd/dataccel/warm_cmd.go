@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/bench"
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/prefetch"
+	"github.com/dataccel/dataccel/store"
+)
+
+type warmFlags struct {
+	mount       mountFlags // s3 and cache flags, shared with mount
+	list        string
+	concurrency int
+	quiet       bool
+}
+
+func newWarmCmd(logger *slog.Logger) *cobra.Command {
+	var f warmFlags
+	cmd := &cobra.Command{
+		Use:   "warm s3://bucket[/prefix] --cache-dir DIR | MOUNTPOINT[/subdir]",
+		Short: "Fill the disk cache with a dataset at full parallelism (resumable)",
+		Long: `warm fetches every object of a prefix into the disk cache before training, with a
+progress bar. Run it again after an interruption: what is cached is skipped. Given a
+directory of a running dataccel mount instead, it reads every file under it through the
+mount, which fills that mount's cache. It exits non-zero and lists what failed.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{fmt.Errorf("warm takes 1 argument, s3://bucket[/prefix] or a directory of a mount; got %d", len(args))}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.HasPrefix(args[0], "s3://") {
+				return warmStore(cmd.Context(), logger, f, args[0])
+			}
+			return warmMount(cmd.Context(), logger, f, args[0])
+		},
+	}
+	f.mount.register(cmd)
+	for _, name := range []string{"allow-other", "uid", "gid", "metadata-ttl", "debug-fuse", "prefetch", "prefetch-memory",
+		"prefetch-list", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight"} {
+		cmd.Flags().MarkHidden(name)
+	}
+	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory)")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 64, "objects fetched in parallel")
+	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+func progressFor(quiet bool) *bench.Progress {
+	if quiet {
+		return nil
+	}
+	fi, err := os.Stderr.Stat()
+	return bench.NewProgress(os.Stderr, err == nil && fi.Mode()&os.ModeCharDevice != 0)
+}
+
+// readList reads a list of relative paths, cleaned so none climbs out.
+func readList(file string) (map[string]bool, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--list: %w", err)}
+	}
+	set := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			set[path.Clean("/" + line)[1:]] = true
+		}
+	}
+	return set, sc.Err()
+}
+
+// warmFailure is one object that could not be warmed.
+type warmFailure struct {
+	key string
+	err error
+}
+
+func reportFailures(failed []warmFailure, what string) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	sort.Slice(failed, func(i, j int) bool { return failed[i].key < failed[j].key })
+	for i, f := range failed {
+		if i == 50 {
+			fmt.Fprintf(os.Stderr, "  ... and %d more\n", len(failed)-50)
+			break
+		}
+		fmt.Fprintf(os.Stderr, "  failed: %s: %v\n", f.key, f.err)
+	}
+	return fmt.Errorf("%d %s failed to warm (listed above); run warm again to retry them", len(failed), what)
+}
+
+func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL string) error {
+	if f.mount.cacheDir == "" {
+		return usageError{errors.New("warm s3://... needs --cache-dir (the disk cache to fill)")}
+	}
+	if f.concurrency < 1 {
+		return usageError{fmt.Errorf("--concurrency %d: want at least 1", f.concurrency)}
+	}
+	p, err := f.mount.plan(rawURL)
+	if err != nil {
+		return err
+	}
+	want, err := readList(f.list)
+	if err != nil {
+		return err
+	}
+	raw, err := f.mount.s3.openStore(ctx, p.bucket, f.mount.checkTime)
+	if err != nil {
+		return err
+	}
+	var counts store.Counts
+	counted := store.NewCounting(raw)
+	counted.C = &counts
+	st := store.NewRetrying(counted, store.RetryOptions{IOTimeout: f.mount.ioTimeout, Attempts: 1000})
+
+	var cstats cache.Stats
+	opts := cache.DefaultDiskOptions(f.mount.cacheDir, p.cacheBytes)
+	opts.Compress = f.mount.cacheCompress
+	opts.MinFreeFraction = p.minFree
+	opts.Logger = logger
+	opts.Stats = &cstats
+	opts.QueueLen = 4 * f.concurrency
+	disk, err := cache.NewDisk(opts)
+	if err != nil {
+		return fmt.Errorf("disk cache: %w (to warm the cache of a running mount, run warm on its mountpoint)", err)
+	}
+	defer disk.Close()
+
+	var objs []store.Object
+	var total int64
+	err = store.ListAll(ctx, st, p.prefix, 32, func(o store.Object) error {
+		if strings.HasSuffix(o.Key, "/") || (want != nil && !want[strings.TrimPrefix(o.Key, p.prefix)]) {
+			return nil
+		}
+		objs = append(objs, o)
+		total += o.Size
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if want != nil && len(objs) < len(want) {
+		logger.Warn("--list names paths that are not objects under the prefix", "missing", len(want)-len(objs))
+	}
+	logger.Info("warming", "objects", len(objs), "bytes", total, "cache_dir", f.mount.cacheDir)
+
+	var pstats prefetch.Stats
+	loader := prefetch.NewLoader(st, disk, prefetch.Options{
+		BlockSize: p.blockSize, MaxInflight: f.concurrency, MemoryBudget: max(p.prefetchMem, int64(f.concurrency)*p.blockSize),
+		Logger: logger, Stats: &pstats,
+	})
+	defer loader.Close()
+
+	bar := progressFor(f.quiet).Begin("warm", int64(len(objs)))
+	var mu sync.Mutex
+	var failed []warmFailure
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(f.concurrency)
+	for _, o := range objs {
+		g.Go(func() error {
+			if err := readThrough(gctx, loader.Open(o), o.Size, p.blockSize); err != nil {
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+				mu.Lock()
+				failed = append(failed, warmFailure{o.Key, err})
+				mu.Unlock()
+			}
+			bar.Add(1, o.Size)
+			return nil
+		})
+	}
+	werr := g.Wait()
+	bar.Done()
+	disk.Flush()
+	s := cstats.Snapshot()
+	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
+		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
+		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
+	if s.DiskRejected > 0 {
+		logger.Warn("the cache is full: part of the dataset was not cached", "blocks_not_admitted", s.DiskRejected)
+	}
+	if werr != nil {
+		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
+	}
+	return reportFailures(failed, "objects")
+}
+
+// readThrough reads a whole object through r in block-sized pieces,
+// discarding the bytes: the reader's loader fills the cache on the way.
+func readThrough(ctx context.Context, r prefetch.Reader, size, block int64) error {
+	defer r.Close()
+	buf := make([]byte, min(size, block))
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if _, err := r.ReadAt(ctx, buf[:min(int64(len(buf)), size-off)], off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	return nil
+}
+
+func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return usageError{fmt.Errorf("%s: not a directory of a mount (or use s3://bucket/prefix with --cache-dir)", dir)}
+	}
+	want, err := readList(f.list)
+	if err != nil {
+		return err
+	}
+	var files []string
+	var total int64
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if want != nil && !want[filepath.ToSlash(rel)] {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			total += info.Size()
+		}
+		files = append(files, p)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("walk %s: %w", dir, err)
+	}
+	logger.Info("warming through the mount", "files", len(files), "bytes", total)
+	start := time.Now()
+	bar := progressFor(f.quiet).Begin("warm", int64(len(files)))
+	var mu sync.Mutex
+	var failed []warmFailure
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, f.concurrency))
+	for _, p := range files {
+		g.Go(func() error {
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			n, err := discardFile(p)
+			if err != nil {
+				mu.Lock()
+				failed = append(failed, warmFailure{p, err})
+				mu.Unlock()
+			}
+			bar.Add(1, n)
+			return nil
+		})
+	}
+	werr := g.Wait()
+	bar.Done()
+	logger.Info("warm done", "files", len(files), "took", time.Since(start).Round(time.Millisecond))
+	if werr != nil {
+		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
+	}
+	return reportFailures(failed, "files")
+}
+
+func discardFile(p string) (int64, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	return io.Copy(io.Discard, fh)
+}
