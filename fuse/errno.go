@@ -25,10 +25,10 @@ func errno(err error) syscall.Errno {
 	}
 	var en syscall.Errno
 	switch {
+	case errors.Is(err, store.ErrChanged): // before ErrNotExist: "deleted since open" is both
+		return syscall.ESTALE
 	case errors.Is(err, store.ErrNotExist), errors.Is(err, store.ErrNoBucket):
 		return syscall.ENOENT
-	case errors.Is(err, store.ErrChanged):
-		return syscall.ESTALE
 	case errors.Is(err, store.ErrAccess):
 		return syscall.EACCES
 	case errors.Is(err, context.Canceled):

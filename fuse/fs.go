@@ -304,6 +304,10 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadR
 		return gofuse.ReadResultData(nil), 0
 	}
 	n, err := h.r.ReadAt(ctx, dest, off)
+	if errors.Is(err, store.ErrNotExist) {
+		// Deleted since the open: for this handle the file went stale.
+		err = fmt.Errorf("%w: deleted: %w", store.ErrChanged, err)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.fsys.fail("read", fmt.Sprintf("%s@%d", h.obj.Key, off), err)
 	}

@@ -246,7 +246,9 @@ func TestWarmResume(t *testing.T) {
 	n1, _ := countBlocks(cacheDir)
 
 	// second run: completes, fetching only what is missing
-	out2, err := exec.Command(bin, warmArgs...).CombinedOutput()
+	again := exec.Command(bin, warmArgs...)
+	again.Env = cmd.Env
+	out2, err := again.CombinedOutput()
 	if err != nil {
 		t.Fatalf("second warm: %v\n%s", err, out2)
 	}

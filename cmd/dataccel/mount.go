@@ -45,6 +45,7 @@ type mountFlags struct {
 	hedge          bool
 	manifest       string
 	ioTimeout      time.Duration
+	stallTimeout   time.Duration
 
 	httpAddr  string
 	readyFile string
@@ -74,6 +75,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (under 5% extra GETs)")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir: reuse (load it, list only if absent), refresh (load it, re-list in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
+	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or no progress, for this long")
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")
@@ -121,8 +123,8 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if f.metadataTTL <= 0 {
 		return p, usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
 	}
-	if f.ioTimeout <= 0 {
-		return p, usageError{fmt.Errorf("--io-timeout must be positive, got %s", f.ioTimeout)}
+	if f.ioTimeout <= 0 || f.stallTimeout <= 0 {
+		return p, usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", f.ioTimeout, f.stallTimeout)}
 	}
 	if f.uid < 0 || f.gid < 0 {
 		return p, usageError{errors.New("--uid and --gid must not be negative")}
@@ -219,7 +221,8 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	counted := store.NewCounting(raw)
 	counted.C = &stats.store
 	var st store.Store = store.NewRetrying(counted, store.RetryOptions{
-		IOTimeout: f.ioTimeout, MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
+		IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout,
+		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
 	})
 	if f.hedge {
 		st = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})

@@ -136,7 +136,9 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	var counts store.Counts
 	counted := store.NewCounting(raw)
 	counted.C = &counts
-	st := store.NewRetrying(counted, store.RetryOptions{IOTimeout: f.mount.ioTimeout, Attempts: 1000})
+	st := store.NewRetrying(counted, store.RetryOptions{
+		IOTimeout: f.mount.ioTimeout, FirstByteTimeout: f.mount.stallTimeout, ProgressTimeout: f.mount.stallTimeout, Attempts: 1000,
+	})
 
 	var cstats cache.Stats
 	opts := cache.DefaultDiskOptions(f.mount.cacheDir, p.cacheBytes)

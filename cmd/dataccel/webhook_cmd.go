@@ -13,25 +13,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dataccel/dataccel/serve"
 	"github.com/dataccel/dataccel/webhook"
 )
 
-type webhookFlags struct {
-	listen, tlsCert, tlsKey, http string
-	pullPolicy                    string
-	cfg                           webhook.Config
-	sidecarHTTPPort               int
-}
-
 // newWebhookCmd is `dataccel webhook`: the mutating admission webhook that
 // injects the dataccel sidecar into pods annotated dataccel.io/inject.
 func newWebhookCmd(logger *slog.Logger) *cobra.Command {
-	var f webhookFlags
 	cmd := &cobra.Command{
-		Use:   "webhook",
+		Use:   "webhook --tls-cert FILE --tls-key FILE --image IMAGE",
 		Short: "Serve the Kubernetes mutating admission webhook that injects the dataccel sidecar",
 		Long: `Serve the Kubernetes mutating admission webhook (HTTPS, POST ` + webhook.PathMutate + `) that
 injects the dataccel sidecar, its volumes and the dataset mount into pods annotated
@@ -39,52 +32,87 @@ injects the dataccel sidecar, its volumes and the dataset mount into pods annota
 The certificate files are re-read when they change (rotation needs no restart).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWebhook(cmd.Context(), logger, f)
+			cfg, err := webhookConfigFromFlags(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			fl := cmd.Flags()
+			listen, _ := fl.GetString("listen")
+			cert, _ := fl.GetString("tls-cert")
+			key, _ := fl.GetString("tls-key")
+			httpAddr, _ := fl.GetString("http")
+			return runWebhook(cmd.Context(), logger, cfg, listen, cert, key, httpAddr)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", ":8443", "HTTPS listen address for admission reviews")
-	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM), e.g. tls.crt of a kubernetes.io/tls Secret")
-	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fl.StringVar(&f.http, "http", "", "plain-HTTP address for /healthz, /readyz and /metrics (empty: off)")
-	fl.StringVar(&f.cfg.Image, "image", "", "dataccel image the sidecar runs (required)")
-	fl.StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent, Never")
-	fl.StringVar(&f.cfg.Endpoint, "endpoint", "", "default S3 endpoint URL for sidecars (empty: AWS S3); a pod may override it with "+webhook.AnnotationEndpoint)
-	fl.StringVar(&f.cfg.Region, "region", "", "S3 region passed to sidecars (empty: the binary's default)")
-	fl.StringVar(&f.cfg.Secret, "secret", webhook.DefaultSecret, "default Secret (in the pod's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; a pod may override it with "+webhook.AnnotationSecret)
-	fl.StringVar(&f.cfg.CacheHostPath, "cache-host-path", webhook.DefaultCacheHostPath, "node-local NVMe directory for caches (one subdirectory per bucket/prefix)")
-	fl.StringVar(&f.cfg.CacheSize, "cache-size", webhook.DefaultCacheSize, "default NVMe cache size per pod ("+webhook.AnnotationCacheSize+" overrides)")
-	fl.StringVar(&f.cfg.RAMCacheSize, "ram-cache-size", webhook.DefaultRAMCacheSize, "default RAM cache size per pod ("+webhook.AnnotationRAMCacheSize+" overrides); sizes the sidecar's memory")
-	fl.StringVar(&f.cfg.MountPath, "mount-path", webhook.DefaultMountPath, "default dataset path in the containers ("+webhook.AnnotationMountPath+" overrides)")
-	fl.IntVar(&f.cfg.MaxInflight, "max-inflight", webhook.DefaultMaxInflight, "sidecar --max-inflight (concurrent GETs)")
-	fl.IntVar(&f.sidecarHTTPPort, "sidecar-http-port", webhook.DefaultHTTPPort, "port of the sidecar's /metrics, /healthz and /readyz")
-	fl.StringVar(&f.cfg.MetadataTTL, "metadata-ttl", webhook.DefaultMetadataTTL, "sidecar --metadata-ttl")
+	fl.String("listen", ":8443", "HTTPS listen address for admission reviews")
+	fl.String("tls-cert", "", "TLS certificate file (PEM), e.g. tls.crt of a kubernetes.io/tls Secret")
+	fl.String("tls-key", "", "TLS private key file (PEM)")
+	fl.String("http", "", "plain-HTTP address for /healthz, /readyz and /metrics (empty: off)")
+	fl.String("image", "", "dataccel image the sidecar runs (required)")
+	fl.String("image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent, Never")
+	fl.String("endpoint", "", "default S3 endpoint URL for sidecars (empty: AWS S3); a pod may override it with "+webhook.AnnotationEndpoint)
+	fl.String("region", "", "S3 region passed to sidecars (empty: the binary's default)")
+	fl.String("secret", webhook.DefaultSecret, "default Secret (in the pod's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; a pod may override it with "+webhook.AnnotationSecret)
+	fl.String("cache-host-path", webhook.DefaultCacheHostPath, "node-local NVMe directory for caches (one subdirectory per bucket/prefix)")
+	fl.String("cache-size", webhook.DefaultCacheSize, "default NVMe cache size per pod ("+webhook.AnnotationCacheSize+" overrides)")
+	fl.String("ram-cache-size", webhook.DefaultRAMCacheSize, "default RAM cache size per pod ("+webhook.AnnotationRAMCacheSize+" overrides); sizes the sidecar's memory")
+	fl.String("mount-path", webhook.DefaultMountPath, "default dataset path in the containers ("+webhook.AnnotationMountPath+" overrides)")
+	fl.Int("max-inflight", webhook.DefaultMaxInflight, "sidecar --max-inflight (concurrent GETs)")
+	fl.Int("sidecar-http-port", webhook.DefaultHTTPPort, "port of the sidecar's /metrics, /healthz and /readyz")
+	fl.String("metadata-ttl", webhook.DefaultMetadataTTL, "sidecar --metadata-ttl")
 	return cmd
 }
 
-func runWebhook(ctx context.Context, logger *slog.Logger, f webhookFlags) error {
-	if f.tlsCert == "" || f.tlsKey == "" {
+// webhookConfigFromFlags builds and validates the sidecar configuration
+// from the parsed flags of the webhook command.
+func webhookConfigFromFlags(fl *pflag.FlagSet) (webhook.Config, error) {
+	str := func(name string) string { v, _ := fl.GetString(name); return v }
+	maxInflight, _ := fl.GetInt("max-inflight")
+	port, _ := fl.GetInt("sidecar-http-port")
+	if port < 1 || port > 65535 {
+		return webhook.Config{}, usageError{fmt.Errorf("--sidecar-http-port %d: out of range", port)}
+	}
+	cfg := webhook.Config{
+		Image:           str("image"),
+		ImagePullPolicy: corev1.PullPolicy(str("image-pull-policy")),
+		Endpoint:        str("endpoint"),
+		Region:          str("region"),
+		Secret:          str("secret"),
+		CacheHostPath:   str("cache-host-path"),
+		CacheSize:       str("cache-size"),
+		RAMCacheSize:    str("ram-cache-size"),
+		MountPath:       str("mount-path"),
+		MaxInflight:     maxInflight,
+		HTTPPort:        int32(port),
+		MetadataTTL:     str("metadata-ttl"),
+	}.WithDefaults()
+	if cfg.Image == "" {
+		return cfg, usageError{errors.New("--image is required: the dataccel image injected sidecars run")}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, listen, certFile, keyFile, httpAddr string) error {
+	if certFile == "" || keyFile == "" {
 		return usageError{errors.New("--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS)")}
 	}
-	if f.sidecarHTTPPort < 1 || f.sidecarHTTPPort > 65535 {
-		return usageError{fmt.Errorf("--sidecar-http-port %d: out of range", f.sidecarHTTPPort)}
-	}
-	f.cfg.HTTPPort = int32(f.sidecarHTTPPort)
-	f.cfg.ImagePullPolicy = corev1.PullPolicy(f.pullPolicy)
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := webhook.NewHandler(f.cfg, logger, reg)
+	h, err := webhook.NewHandler(cfg, logger, reg)
 	if err != nil {
 		return usageError{err}
 	}
-	kp, err := webhook.NewKeyPair(f.tlsCert, f.tlsKey, logger)
+	kp, err := webhook.NewKeyPair(certFile, keyFile, logger)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("webhook: listen on %s: %w", f.listen, err)
+		return fmt.Errorf("webhook: listen on %s: %w", listen, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(webhook.PathMutate, h)
@@ -97,8 +125,8 @@ func runWebhook(ctx context.Context, logger *slog.Logger, f webhookFlags) error 
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	var ops *serve.Server
-	if f.http != "" {
-		ops = serve.New(f.http, reg, nil, logger)
+	if httpAddr != "" {
+		ops = serve.New(httpAddr, reg, nil, logger)
 		if err := ops.Start(); err != nil {
 			ln.Close()
 			return err
@@ -106,7 +134,7 @@ func runWebhook(ctx context.Context, logger *slog.Logger, f webhookFlags) error 
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("webhook serving", "addr", ln.Addr().String(), "path", webhook.PathMutate, "image", f.cfg.Image)
+	logger.Info("webhook serving", "addr", ln.Addr().String(), "path", webhook.PathMutate, "image", cfg.Image)
 
 	var serveErr error
 	select {

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/internal/testenv"
+)
+
+// TestFaultsThroughMount: for each fault the proxy injects, a parallel read
+// of a few hundred files through a real mount completes with every byte
+// exact, and the mount's retry counter equals the faults injected.
+func TestFaultsThroughMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 200, 30<<10)
+	sums := map[string][32]byte{}
+	for k, v := range files {
+		sums[k] = sha256.Sum256(v)
+	}
+	tests := []struct {
+		fault testenv.Fault
+		stall time.Duration
+	}{
+		{fault: testenv.SlowDown},
+		{fault: testenv.InternalError},
+		{fault: testenv.ResetMidBody},
+		{fault: testenv.StallFirstByte, stall: 3 * time.Second},
+		{fault: testenv.StallMidBody, stall: 3 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			fp, err := testenv.StartFaultProxy(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fp.Close()
+			fp.Add(testenv.Rule{Fault: tc.fault, Method: "GET", Every: 5, Stall: tc.stall})
+			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--stall-timeout", "500ms",
+				"--hedge=false", "--prefetch", "off", "s3://"+st.Bucket())
+			g := new(errgroup.Group)
+			g.SetLimit(16)
+			for rel := range files {
+				g.Go(func() error {
+					b, err := os.ReadFile(filepath.Join(m.dir, rel))
+					if err != nil {
+						return err
+					}
+					if sha256.Sum256(b) != sums[rel] {
+						return fmt.Errorf("%s: SHA-256 differs", rel)
+					}
+					return nil
+				})
+			}
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			s := m.stats(t)
+			inj := fp.Injected(tc.fault)
+			if inj < 30 {
+				t.Fatalf("only %d faults injected", inj)
+			}
+			if s["store_retries_total"] != inj {
+				t.Fatalf("retries %d, faults injected %d", s["store_retries_total"], inj)
+			}
+			if tc.stall > 0 && s["store_timeouts_total"] != inj {
+				t.Fatalf("stall cuts %d, stalls injected %d", s["store_timeouts_total"], inj)
+			}
+		})
+	}
+}
+
+// TestEndpointDownThroughMount: with the server gone longer than
+// --io-timeout, a read fails with EIO within the bound; when the server is
+// back, new reads succeed without a remount.
+func TestEndpointDownThroughMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 3, 10<<10)
+	fp, err := testenv.StartFaultProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	const ioTimeout = 2 * time.Second
+	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--io-timeout", ioTimeout.String(), "--prefetch", "off", "s3://"+st.Bucket())
+	var names []string
+	for rel := range files {
+		if _, err := os.Stat(filepath.Join(m.dir, rel)); err != nil { // metadata known before the outage
+			t.Fatal(err)
+		}
+		names = append(names, rel)
+	}
+	fp.SetDown(true)
+	start := time.Now()
+	_, err = os.ReadFile(filepath.Join(m.dir, names[0]))
+	took := time.Since(start)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read with the server down: %v, want EIO", err)
+	}
+	if took > ioTimeout+3*time.Second {
+		t.Fatalf("EIO after %s, want within about %s", took, ioTimeout)
+	}
+	fp.SetDown(false)
+	for _, rel := range names {
+		b, err := os.ReadFile(filepath.Join(m.dir, rel))
+		if err != nil || !bytes.Equal(b, files[rel]) {
+			t.Fatalf("after recovery %s: %v", rel, err)
+		}
+	}
+}
+
+// TestChangesUnderReaders: an object overwritten or deleted while a handle
+// has it open never yields bytes of two versions: old bytes or
+// ESTALE/EIO; after the TTL new opens see the new state.
+func TestChangesUnderReaders(t *testing.T) {
+	st := srv.NewBucket(t)
+	v1 := bytes.Repeat([]byte("1"), 6<<20)
+	v2 := bytes.Repeat([]byte("2"), 5<<20)
+	testenv.Put(t, st, "over", v1)
+	testenv.Put(t, st, "gone", v1)
+	const ttl = time.Second
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--metadata-ttl", ttl.String(), "--block-size", "1MiB",
+		"--prefetch", "off", "--ram-cache-size", "0", "s3://"+st.Bucket())
+	open := func(name string) *os.File {
+		f, err := os.Open(filepath.Join(m.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 4096)
+		if _, err := f.ReadAt(head, 0); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	fo, fg := open("over"), open("gone")
+	defer fo.Close()
+	defer fg.Close()
+	testenv.Put(t, st, "over", v2)
+	if err := st.Remove(t.Context(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{fo, fg} {
+		buf := make([]byte, 1<<20)
+		n, err := f.ReadAt(buf, 5<<20)
+		switch {
+		case err == nil || n > 0:
+			if !bytes.Equal(buf[:n], v1[5<<20:5<<20+n]) {
+				t.Fatalf("%s: open handle returned bytes of another version", f.Name())
+			}
+		case !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO):
+			t.Fatalf("%s: read after change: %v, want ESTALE or EIO", f.Name(), err)
+		}
+	}
+	time.Sleep(ttl + 300*time.Millisecond)
+	if b, err := os.ReadFile(filepath.Join(m.dir, "over")); err != nil || !bytes.Equal(b, v2) {
+		t.Fatalf("new open after the TTL: %d bytes, %v; want the new version", len(b), err)
+	}
+	if _, err := os.Open(filepath.Join(m.dir, "gone")); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("open of a deleted object after the TTL: %v, want ENOENT", err)
+	}
+}
+
+// TestKillAndRestart: SIGKILL the binary during warm and during reads; the
+// next run with the same cache dir cleans the stale mount, keeps good
+// entries, serves exact bytes, and warm resumes.
+func TestKillAndRestart(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "k/", 250, 40<<10)
+	cacheDir := t.TempDir()
+	env := append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	src := "s3://" + st.Bucket() + "/k"
+
+	warm := exec.Command(bin, "warm", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--concurrency", "4", "-q", src)
+	warm.Env = env
+	if err := warm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { n, _ := countBlocks(cacheDir); return n >= 40 })
+	warm.Process.Kill()
+	warm.Wait()
+
+	mnt := t.TempDir()
+	mount := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, src, mnt)
+	mount.Env = env
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() bool { ok, _ := fuse.IsMountpoint(mnt); return ok })
+	var read atomic.Int64
+	stopReads := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i := 0
+			for rel := range files {
+				if i++; i%4 != w {
+					continue
+				}
+				select {
+				case <-stopReads:
+					return
+				default:
+				}
+				if _, err := os.ReadFile(filepath.Join(mnt, rel)); err == nil {
+					read.Add(1)
+				}
+			}
+		}()
+	}
+	waitFor(t, 20*time.Second, func() bool { return read.Load() >= 30 })
+	mount.Process.Kill() // during reads
+	mount.Wait()
+	close(stopReads)
+	wg.Wait()
+
+	again := exec.Command(bin, "warm", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "-q", src)
+	again.Env = env
+	out, err := again.CombinedOutput()
+	if err != nil {
+		t.Fatalf("warm after kills: %v\n%s", err, out)
+	}
+	if gets := logInt(t, string(out), "gets"); gets >= int64(len(files)) {
+		t.Fatalf("resumed warm fetched %d of %d files: nothing was kept", gets, len(files))
+	}
+	m := startMount(t, mnt, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--ram-cache-size", "0", src)
+	readAllFiles(t, m.dir, files)
+	if s := m.stats(t); s["store_requests_get_total"] != 0 || s["cache_corruptions_total"] != 0 {
+		t.Fatalf("after restart: %d GETs, %d corrupt blocks; want 0 and 0", s["store_requests_get_total"], s["cache_corruptions_total"])
+	}
+}
+
+// TestManyOpenFilesMemory: 1,000 files open at once, 64 concurrent
+// readers: the heap stays within the configured budgets.
+func TestManyOpenFilesMemory(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 1000, 200<<10)
+	const prefetchMem, ramCache = 64 << 20, 64 << 20
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--prefetch-memory", "64MiB", "--ram-cache-size", "64MiB",
+		"--block-size", "128KiB", "s3://"+st.Bucket())
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var fds []*os.File
+	for rel := range files {
+		f, err := os.Open(filepath.Join(m.dir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, f)
+	}
+	defer func() {
+		for _, f := range fds {
+			f.Close()
+		}
+	}()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	go func() {
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak.Load() {
+					peak.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
+	g := new(errgroup.Group)
+	g.SetLimit(64)
+	for _, f := range fds {
+		g.Go(func() error {
+			buf := make([]byte, 64<<10)
+			for off := int64(0); ; off += int64(len(buf)) {
+				n, err := f.ReadAt(buf, off)
+				if n < len(buf) || err != nil {
+					return nil
+				}
+			}
+		})
+	}
+	g.Wait()
+	close(stop)
+	grew := int64(peak.Load()) - int64(before.HeapInuse)
+	limit := int64(prefetchMem + ramCache + 96<<20)
+	t.Logf("heap in use: %d MiB before, peak %d MiB (+%d MiB) with 1,000 open files and 64 readers; budgets %d MiB",
+		before.HeapInuse>>20, peak.Load()>>20, grew>>20, (prefetchMem+ramCache)>>20)
+	if grew > limit {
+		t.Fatalf("heap grew %d MiB, above budgets + 96 MiB = %d MiB", grew>>20, limit>>20)
+	}
+}
+
+// TestSecretNeverShown: the secret key never appears in logs (debug level,
+// errors included), metrics, or the process's argv.
+func TestSecretNeverShown(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "", 20, 4<<10)
+	port, _ := testenv.FreePort()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	mnt := t.TempDir()
+	cmd := exec.Command(bin, "mount", "--log-level", "debug", "--endpoint", srv.Endpoint, "--http", addr, "s3://"+st.Bucket(), mnt)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	var logs syncBuffer
+	cmd.Stderr = &logs
+	cmd.Stdout = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	readAllFiles(t, mnt, files)
+	os.ReadFile(filepath.Join(mnt, "no-such-file"))
+	argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+	metrics := httpGet(t, "http://"+addr+"/metrics", 200)
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	// a failing start logs an error too: bad credentials
+	bad := exec.Command(bin, "mount", "--log-level", "debug", "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), t.TempDir())
+	bad.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY=wrong-"+srv.SecretKey)
+	badOut, _ := bad.CombinedOutput()
+	for name, text := range map[string]string{"logs": logs.String(), "argv": string(argv), "metrics": metrics, "error output": string(badOut)} {
+		if strings.Contains(text, srv.SecretKey) {
+			t.Errorf("the secret key shows in %s", name)
+		}
+	}
+	if !strings.Contains(string(badOut), "denied") {
+		t.Fatalf("bad credentials: %s", badOut)
+	}
+}
