@@ -3,7 +3,9 @@ GO      ?= go
 BIN     := bin/dataccel
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build deps test test-short demo bench vet clean
+FUZZTIME ?= 20s
+
+.PHONY: build deps test fuzz demo bench compare vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/dataccel
@@ -15,6 +17,12 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz
+
+# Each fuzz target for a short while (seed corpus in fuse/testdata/fuzz).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyToPath$$' -fuzztime $(FUZZTIME) ./fuse
+	$(GO) test -run '^$$' -fuzz '^FuzzAnnounce$$' -fuzztime $(FUZZTIME) ./fuse
 
 vet:
 	$(GO) vet ./...

@@ -1,0 +1,93 @@
+package fuse
+
+import (
+	"context"
+	"log/slog"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// checkListing asserts every name in l can be a path element of the mount.
+func checkListing(t *testing.T, dir string, l *listing) {
+	t.Helper()
+	for _, e := range l.entries {
+		if reason := invalidNameReason(e.name); reason != "" {
+			t.Fatalf("dir %q: entry %q (%s) made it into a listing", dir, e.name, reason)
+		}
+		full := path.Clean("/mnt/" + dir + e.name)
+		if !strings.HasPrefix(full, "/mnt/") {
+			t.Fatalf("entry %q of %q escapes the mount: %s", e.name, dir, full)
+		}
+		if !e.dir && !strings.HasSuffix(e.obj.Key, "/"+e.name) && e.obj.Key != e.name {
+			t.Fatalf("file entry %q does not end its key %q", e.name, e.obj.Key)
+		}
+	}
+}
+
+// FuzzKeyToPath: whatever keys a bucket holds, both the per-directory
+// listing parser and the manifest loader produce only safe names.
+func FuzzKeyToPath(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"a/b.jpg", "a/c/d.jpg"}, {"a//b", "./x"}, {"../../etc/passwd", "a/../b"}, {"a/\x00", "a/"},
+		{strings.Repeat("x", 300), "d/" + strings.Repeat("y", 255)}, {"both", "both/inner"}, {"/lead", "trail/"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, k1, k2 string) {
+		ms := memStore{objs: map[string][]byte{k1: []byte("1"), k2: []byte("22")}}
+		ns := newNamespace(ms, time.Hour, slog.New(slog.DiscardHandler))
+		ctx := context.Background()
+		// walk down every directory the listing shows, as lookups would
+		todo := []string{""}
+		for i := 0; len(todo) > 0 && i < 64; i++ {
+			dir := todo[0]
+			todo = todo[1:]
+			l, err := ns.fetch(ctx, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkListing(t, dir, l)
+			for _, e := range l.entries {
+				if e.dir {
+					todo = append(todo, dir+e.name+"/")
+				}
+			}
+		}
+		ns.load("", []store.Object{{Key: k1, Size: 1}, {Key: k2, Size: 2}})
+		ns.mu.Lock()
+		defer ns.mu.Unlock()
+		for dir, l := range ns.dirs {
+			checkListing(t, dir, l)
+		}
+	})
+}
+
+type nopControl struct{}
+
+func (nopControl) Announce([]store.Object) {}
+func (nopControl) Stats() []byte           { return nil }
+
+// FuzzAnnounce: any bytes written to .dataccel/prefetch resolve without a
+// panic to files of the mount only, never above it or in the control dir.
+func FuzzAnnounce(f *testing.F) {
+	f.Add([]byte("c/a.jpg\nc/b.jpg\n"))
+	f.Add([]byte("../../etc/passwd\n/c/a.jpg\n.dataccel/stats\n\x00\n"))
+	f.Add([]byte("c/./a.jpg\r\n  c//b.jpg  \nmissing\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms := memStore{objs: map[string][]byte{"p/c/a.jpg": []byte("a"), "p/c/b.jpg": []byte("b"), "p/.dataccel/stats": []byte("x")}}
+		fsys := newFS(Config{Store: ms, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+		order, err := fsys.resolve(context.Background(), data)
+		if err != nil {
+			return // over-long lines are refused: that is fine
+		}
+		for _, o := range order {
+			if o.Key != "p/c/a.jpg" && o.Key != "p/c/b.jpg" {
+				t.Fatalf("resolved %q", o.Key)
+			}
+		}
+	})
+}
