@@ -323,6 +323,13 @@ func TestWebhookCommandServes(t *testing.T) {
 		if p == "/metrics" && !strings.Contains(string(b), `dataccel_webhook_admissions_total{result="injected"} 1`) {
 			t.Fatalf("/metrics lacks the admission counter:\n%s", b)
 		}
+		if p == "/metrics" {
+			for _, line := range strings.Split(string(b), "\n") {
+				if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "dataccel_") {
+					t.Fatalf("metric not named dataccel_*: %s", line)
+				}
+			}
+		}
 	}
 }
 

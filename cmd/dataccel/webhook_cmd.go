@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -100,8 +99,8 @@ func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, li
 	if certFile == "" || keyFile == "" {
 		return usageError{errors.New("--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS)")}
 	}
+	// Only dataccel_* metrics, as everywhere in the binary.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err := webhook.NewHandler(cfg, logger, reg)
 	if err != nil {
 		return usageError{err}

@@ -1,0 +1,116 @@
+package prefetch
+
+import (
+	"context"
+	"sync"
+)
+
+// budget is a weighted semaphore of bytes with two kinds of taker:
+// background work (read-ahead, cross-file prefetch) only ever tries and
+// never waits in line, and foreground reads may wait. While a foreground
+// read waits, background tries fail, so prefetch cannot starve a reader.
+//
+// It is not x/sync/semaphore because the foreground must be able to free
+// room (evict ready blocks) between tries and background workers must be
+// able to wait for "something was released" without queueing.
+type budget struct {
+	stats *Stats
+
+	mu      sync.Mutex
+	limit   int64         // fixed at creation
+	used    int64         // guarded by mu
+	fgWait  int           // guarded by mu: foreground takers waiting
+	changed chan struct{} // guarded by mu: closed (and replaced) on every release
+}
+
+func newBudget(limit int64, stats *Stats) *budget {
+	return &budget{limit: limit, stats: stats, changed: make(chan struct{})}
+}
+
+// clamp lets one block larger than the whole budget still be read: it is
+// charged as the whole budget, so it runs alone.
+func (b *budget) clamp(n int64) int64 { return min(n, b.limit) }
+
+// tryAcquire takes n bytes if they are free and no foreground read waits.
+func (b *budget) tryAcquire(n int64) bool {
+	n = b.clamp(n)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fgWait > 0 || b.used+n > b.limit {
+		return false
+	}
+	b.take(n)
+	return true
+}
+
+// take is called with mu held.
+func (b *budget) take(n int64) {
+	b.used += n
+	b.stats.MemInUse.Store(b.used)
+	storeMax(&b.stats.MemPeak, b.used)
+}
+
+// acquire takes n bytes for a foreground read, waiting if needed. Between
+// tries it calls evict, which frees one evictable holder and reports whether
+// it found one; once nothing is evictable it waits for a release. Everything
+// else that holds budget is a fetch or a copy in progress, which ends, so
+// the wait ends too.
+func (b *budget) acquire(ctx context.Context, n int64, evict func() bool) error {
+	n = b.clamp(n)
+	b.mu.Lock()
+	if b.fgWait == 0 && b.used+n <= b.limit {
+		b.take(n)
+		b.mu.Unlock()
+		return nil
+	}
+	b.fgWait++
+	defer func() {
+		b.mu.Lock()
+		b.fgWait--
+		b.mu.Unlock()
+	}()
+	for {
+		if b.used+n <= b.limit {
+			b.take(n)
+			b.mu.Unlock()
+			return nil
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		if !evict() {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		b.mu.Lock()
+	}
+}
+
+// release returns n bytes (as given to acquire) and wakes every waiter.
+func (b *budget) release(n int64) {
+	n = b.clamp(n)
+	b.mu.Lock()
+	b.used -= n
+	b.stats.MemInUse.Store(b.used)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// pressured says whether a foreground read waits for room: new evictable
+// holders (ready blocks) should then not be added.
+func (b *budget) pressured() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fgWait > 0
+}
+
+// released returns a channel closed at the next release, for background
+// workers waiting for room.
+func (b *budget) released() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}

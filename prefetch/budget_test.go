@@ -1,0 +1,98 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// 1,000 open files reading large objects sequentially would want 1,000 x 8
+// blocks of read-ahead (2 GiB here); the budget keeps the loader's share of
+// the heap to MemoryBudget.
+func TestMemoryBudgetHoldsWith1000Readers(t *testing.T) {
+	const (
+		readers = 1000
+		bs      = 256 << 10
+		budget  = 32 << 20
+		perFile = 512 << 10
+		chunk   = 128 << 10
+	)
+	// A low GC target makes the heap track live memory closely, so the
+	// figure measures what the loader holds, not what the GC has yet to free.
+	const gcPercent = 5
+	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
+	st := newFakeStore()
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: bs, MemoryBudget: budget, ReadAhead: 8, Stats: stats})
+	rs := make([]Reader, readers)
+	bufs := make([][]byte, readers)
+	for i := range rs {
+		rs[i] = l.Open(st.add(fmt.Sprintf("big/%04d", i), 64<<20))
+		bufs[i] = make([]byte, chunk)
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > peak.Load() {
+				peak.Store(ms.HeapAlloc)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i, r := range rs {
+		wg.Go(func() {
+			for off := int64(0); off < perFile; off += chunk {
+				if _, err := r.ReadAt(context.Background(), bufs[i], off); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("heap: base %d MiB, peak %d MiB, growth %d MiB (budget %d MiB); budget peak %d MiB; GETs %d, read-ahead issued %d skipped %d wasted %d",
+		base>>20, peak.Load()>>20, grew>>20, budget>>20, stats.MemPeak.Load()>>20,
+		stats.Gets.Load(), stats.PrefetchIssued.Load(), stats.PrefetchSkipped.Load(), stats.PrefetchWasted.Load())
+	if p := stats.MemPeak.Load(); p > budget {
+		t.Errorf("budget accounting peaked at %d bytes, over the %d budget", p, budget)
+	}
+	// Margin: the garbage the GC target lets accumulate over the live heap,
+	// plus 24 MiB for flights, goroutine bookkeeping and the GC running
+	// behind ~1 GB/s of block allocation. Without the budget the readers
+	// would hold 2 GiB of read-ahead.
+	margin := (int64(base)+budget)*gcPercent/100 + 24<<20
+	if grew > budget+margin {
+		t.Errorf("heap grew by %d MiB, want <= budget %d MiB + margin %d MiB", grew>>20, budget>>20, margin>>20)
+	}
+	if stats.PrefetchSkipped.Load() == 0 {
+		t.Error("no read-ahead was skipped: the test did not press on the budget")
+	}
+}

@@ -1,0 +1,321 @@
+package prefetch
+
+import (
+	"path"
+	"sync"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// Siblings gives directory listing order; the fuse layer implements it from
+// its listings. Next returns up to n files after key in key's directory, in
+// listing (key) order. It should answer from memory: it is called often.
+type Siblings interface {
+	Next(key string, n int) []store.Object
+}
+
+// Bounds on the planner's own state, so a job walking millions of files in
+// thousands of directories costs a fixed amount of memory.
+const maxDirs = 1024
+
+// stepWindow: an open within this many files after the previous one still
+// counts as walking the directory in order. Data-loader workers sharing a
+// directory open its files a few places out of order.
+const stepWindow = 8
+
+// planner runs cross-file prefetch on a fixed pool of workers. It keeps a
+// bounded lead ahead of the reader, in the announced order when there is one
+// and the file is in it, else in directory order once the reader is seen to
+// walk a directory.
+type planner struct {
+	l    *Loader
+	wake chan struct{} // one pending wake-up for the workers
+
+	// dirMu serializes directory tracking, which calls Siblings.Next.
+	dirMu sync.Mutex
+	dirs  map[string]*dirState // guarded by dirMu
+
+	mu    sync.Mutex
+	sib   Siblings       // guarded by mu
+	epoch int            // guarded by mu: bumped by every Announce
+	order []store.Object // guarded by mu: announced order
+	cum   []int64        // guarded by mu: cum[i] = prefetch bytes of order[:i]
+	index map[string]int // guarded by mu: key -> first index in order
+	pos   int            // guarded by mu: highest index opened (-1: none)
+	next  int            // guarded by mu: next index to schedule
+	queue []store.Object // guarded by mu: directory-order files to fetch
+}
+
+type dirState struct {
+	last      string // furthest key opened in the current walk
+	hits      int    // consecutive in-order steps
+	scheduled string // highest key handed to the workers in this walk
+	low       string // key the current walk started at
+}
+
+// job is one file for a worker; idx >= 0 for the announced order.
+type job struct {
+	obj   store.Object
+	epoch int
+	idx   int
+}
+
+func newPlanner(l *Loader) *planner {
+	return &planner{
+		l:     l,
+		wake:  make(chan struct{}, 1),
+		dirs:  make(map[string]*dirState),
+		sib:   l.opts.Siblings,
+		pos:   -1,
+		index: map[string]int{},
+	}
+}
+
+// start launches the workers; they end with the loader's context.
+func (p *planner) start() {
+	for range p.l.opts.Workers {
+		p.l.wg.Add(1)
+		go p.worker()
+	}
+}
+
+func (p *planner) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *planner) setSiblings(s Siblings) {
+	p.mu.Lock()
+	p.sib = s
+	p.mu.Unlock()
+}
+
+// announce starts a new epoch. The planner keeps order (it must not be
+// modified afterwards) and indexes it once.
+func (p *planner) announce(order []store.Object) {
+	cum := make([]int64, len(order)+1)
+	index := make(map[string]int, len(order))
+	for i, o := range order {
+		cum[i+1] = cum[i] + p.l.prefetchBytes(o)
+		if _, dup := index[o.Key]; !dup {
+			index[o.Key] = i
+		}
+	}
+	p.mu.Lock()
+	p.epoch++
+	p.order, p.cum, p.index = order, cum, index
+	p.pos, p.next = -1, 0
+	p.mu.Unlock()
+	p.signal()
+}
+
+// opened moves the reader's position in the announced order or, for a file
+// not in it, in its directory. It does no I/O (Siblings answers from memory),
+// and tracks directories in open order, which an asynchronous queue would
+// scramble.
+func (p *planner) opened(obj store.Object) {
+	p.mu.Lock()
+	i, announced := p.index[obj.Key]
+	if announced {
+		p.pos = max(p.pos, i)
+	}
+	sib := p.sib
+	p.mu.Unlock()
+	if announced {
+		p.signal()
+	} else if sib != nil {
+		p.dirEvent(sib, obj.Key)
+	}
+}
+
+// take returns the next file to fetch.
+func (p *planner) take() (j job, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() {
+		if ok {
+			p.signal() // there may be more: wake another worker
+		}
+	}()
+	// Follow the reader when it skips ahead; stay within FileLead files and
+	// ByteLead bytes past its position (always at least one file).
+	start := max(p.next, p.pos+1)
+	lead := p.l.opts
+	if start < len(p.order) && start-(p.pos+1) < lead.FileLead &&
+		(start == p.pos+1 || p.cum[start+1]-p.cum[p.pos+1] <= lead.ByteLead) {
+		p.next = start + 1
+		return job{obj: p.order[start], epoch: p.epoch, idx: start}, true
+	}
+	if len(p.queue) > 0 {
+		o := p.queue[0]
+		p.queue = p.queue[1:]
+		return job{obj: o, idx: -1}, true
+	}
+	return job{}, false
+}
+
+// relevant says whether a job is still ahead of the reader: in the current
+// epoch of the announced order, or past the furthest file opened in its
+// directory. If the reader got there first, its own read fetches the file;
+// fetching it again here would be a second GET.
+func (p *planner) relevant(j job) bool {
+	if j.idx < 0 {
+		p.dirMu.Lock()
+		defer p.dirMu.Unlock()
+		st := p.dirs[path.Dir(j.obj.Key)]
+		return st == nil || j.obj.Key > st.last
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return j.epoch == p.epoch && j.idx > p.pos
+}
+
+func (p *planner) worker() {
+	defer p.l.wg.Done()
+	ctx := p.l.ctx
+	for {
+		j, ok := p.take()
+		if !ok {
+			select {
+			case <-p.wake:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		p.fetchFile(j)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// fetchFile fetches the leading blocks of one file and waits for them, so
+// the number of cross-file fetches in flight is the number of workers. When
+// the budget is full it waits for room rather than skip: skipping would
+// leave a hole in the lead that the reader then waits on.
+func (p *planner) fetchFile(j job) {
+	l := p.l
+	nb := min(l.numBlocks(j.obj), int64(l.opts.FileBlocks))
+	for b := int64(0); b < nb; b++ {
+		for {
+			if !p.relevant(j) || l.ctx.Err() != nil {
+				return
+			}
+			room := l.mem.released()
+			f, res := l.startPrefetch(j.obj, b, true, func() bool { return p.relevant(j) })
+			if res == pfStarted {
+				select {
+				case <-f.done:
+				case <-l.ctx.Done():
+				}
+				l.unhold(f)
+				break
+			}
+			if res == pfPresent {
+				break
+			}
+			// The slot cap is not signalled by the budget: poll it too.
+			t := time.NewTimer(20 * time.Millisecond)
+			select {
+			case <-room:
+			case <-t.C:
+			case <-l.ctx.Done():
+			}
+			t.Stop()
+		}
+	}
+}
+
+// dirEvent tracks in-order opens per directory and, once DirHits in-order
+// steps are seen, queues the next files of the directory, up to FileLead
+// files and ByteLead bytes past the one just opened. Keys are compared as
+// strings: listing order is key order, as S3 lists.
+func (p *planner) dirEvent(sib Siblings, key string) {
+	p.dirMu.Lock()
+	defer p.dirMu.Unlock()
+	dir := path.Dir(key)
+	st := p.dirs[dir]
+	if st == nil {
+		if len(p.dirs) >= maxDirs {
+			for d := range p.dirs { // drop any one: a walk resumes in a few opens
+				delete(p.dirs, d)
+				break
+			}
+		}
+		st = &dirState{}
+		p.dirs[dir] = st
+	}
+	switch {
+	case st.last == "":
+		st.last, st.scheduled, st.low = key, key, key
+	case key == st.last:
+		return // reopened: no news
+	case key > st.last:
+		if within(sib, st.last, key, stepWindow) {
+			st.hits++
+		} else {
+			st.hits = 0
+		}
+		st.last = key
+	case key > st.low && within(sib, key, st.last, 4*p.l.opts.FileLead):
+		// Behind, but after the walk's start and not far: a reader
+		// lagging the others in a shared walk. Restarting here would
+		// fetch again the files the others have read.
+		return
+	default:
+		// Back to the walk's start or far back (e.g. the next epoch): a
+		// new walk from here. Files still held or cached are not fetched
+		// again; the rest are wanted.
+		st.hits, st.last, st.scheduled, st.low = 0, key, key, key
+	}
+	if st.hits < p.l.opts.DirHits {
+		return
+	}
+	var (
+		bytes int64
+		add   []store.Object
+	)
+	for i, o := range sib.Next(key, p.l.opts.FileLead) {
+		if o.IsPrefix {
+			continue
+		}
+		bytes += p.l.prefetchBytes(o)
+		if i > 0 && bytes > p.l.opts.ByteLead {
+			break
+		}
+		if o.Key > st.scheduled {
+			add = append(add, o)
+			st.scheduled = o.Key
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
+	p.mu.Lock()
+	room := max(0, 4*p.l.opts.FileLead-len(p.queue))
+	p.queue = append(p.queue, add[:min(room, len(add))]...)
+	p.mu.Unlock()
+	p.signal()
+}
+
+// prefetchBytes is how many bytes cross-file prefetch fetches of obj.
+func (l *Loader) prefetchBytes(obj store.Object) int64 {
+	if obj.Size <= l.opts.SmallObject {
+		return max(obj.Size, 0)
+	}
+	return min(obj.Size, int64(l.opts.FileBlocks)*l.opts.BlockSize)
+}
+
+// within says whether key is among the n files after from.
+func within(sib Siblings, from, key string, n int) bool {
+	for _, o := range sib.Next(from, n) {
+		if o.Key == key {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,265 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// walk opens and reads objs in order, noting the sequence number of each
+// open, and pauses between files like a training step.
+func walk(t *testing.T, l *Loader, st *fakeStore, objs []store.Object, pause time.Duration) []int64 {
+	t.Helper()
+	opened := make([]int64, len(objs))
+	for i, obj := range objs {
+		opened[i] = st.seq.Add(1)
+		got, err := readAll(context.Background(), l, obj, 64<<10)
+		if err != nil {
+			t.Fatalf("read %s: %v", obj.Key, err)
+		}
+		if !bytes.Equal(got, st.data(obj.Key)) {
+			t.Fatalf("read %s: wrong bytes", obj.Key)
+		}
+		time.Sleep(pause)
+	}
+	return opened
+}
+
+func addFiles(st *fakeStore, dir string, n int, size int64) []store.Object {
+	objs := make([]store.Object, n)
+	for i := range objs {
+		objs[i] = st.add(fmt.Sprintf("%s/%05d.jpg", dir, i), size)
+	}
+	return objs
+}
+
+func TestDirectoryOrderPrefetch(t *testing.T) {
+	const n, lead = 40, 6
+	for _, tc := range []struct {
+		name      string
+		crossFile bool
+	}{
+		{"on", true},
+		{"off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			st.latency = func(string) time.Duration { return time.Millisecond }
+			objs := addFiles(st, "train/cls1", n, 110<<10)
+			addFiles(st, "train/cls2", 5, 1000) // another directory: never touched
+			stats := &Stats{}
+			l := newTestLoader(t, st, nil, Options{CrossFile: tc.crossFile, FileLead: lead, Workers: 4, Stats: stats})
+			l.SetSiblings(dirSiblings{objs: objs})
+			opened := walk(t, l, st, objs, 3*time.Millisecond)
+
+			// From the third file on (two in-order hits), every file was
+			// requested before the reader opened it.
+			late := 0
+			for i := 3; i < n; i++ {
+				gets := st.getsOf(objs[i].Key)
+				if len(gets) != 1 {
+					t.Errorf("%s: %d GETs, want 1", objs[i].Key, len(gets))
+					continue
+				}
+				if gets[0].seq > opened[i] {
+					late++
+				}
+			}
+			// After reading file i, files i+1..i+3 were already requested.
+			if tc.crossFile {
+				for i := 3; i+1 < n; i++ {
+					for j := i + 1; j <= min(i+3, n-1); j++ {
+						if g := st.getsOf(objs[j].Key); len(g) > 0 && g[0].seq > opened[i+1] {
+							t.Errorf("file %d was not requested before the reader finished file %d", j, i)
+						}
+					}
+				}
+			}
+			if tc.crossFile && late > 0 {
+				t.Errorf("%d of %d files were not fetched before the reader opened them", late, n-3)
+			}
+			if !tc.crossFile && late != n-3 {
+				t.Errorf("prefetch off: %d files fetched early, want 0", n-3-late)
+			}
+			// The lead is bounded: nothing past the last file + lead, no other dir.
+			for k, c := range st.countByKey() {
+				if c > 1 {
+					t.Errorf("%s fetched %d times", k, c)
+				}
+			}
+			if got := len(st.countByKey()); got != n {
+				t.Errorf("%d objects fetched, want %d", got, n)
+			}
+			t.Logf("prefetch issued %d used %d wasted %d", stats.PrefetchIssued.Load(), stats.PrefetchUsed.Load(), stats.PrefetchWasted.Load())
+			if !tc.crossFile {
+				return
+			}
+			// A second walk of the directory (next epoch, no cache tier):
+			// prefetch starts over and runs ahead again.
+			opened = walk(t, l, st, objs, 3*time.Millisecond)
+			for i := 3; i < n; i++ {
+				gets := st.getsOf(objs[i].Key)
+				if len(gets) != 2 {
+					t.Errorf("%s: %d GETs after two walks, want 2", objs[i].Key, len(gets))
+				} else if gets[1].seq > opened[i] {
+					t.Errorf("second walk: %s was not fetched before it was opened", objs[i].Key)
+				}
+			}
+		})
+	}
+}
+
+// While the reader walks, the number of files fetched but not yet opened
+// stays within FileLead.
+func TestAnnouncedOrder(t *testing.T) {
+	const n, lead = 150, 8
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	objs := addFiles(st, "shuffled", n, 20<<10)
+	// A shuffled epoch: announced order is not key order.
+	order := make([]store.Object, n)
+	for i := range objs {
+		order[(i*37)%n] = objs[i]
+	}
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: lead, Workers: 8, Stats: stats})
+	l.Announce(order)
+
+	maxAhead := 0
+	opened := make([]int64, n)
+	for i, obj := range order {
+		// Files fetched, minus files opened, before this open.
+		ahead := len(st.countByKey()) - i
+		maxAhead = max(maxAhead, ahead)
+		opened[i] = st.seq.Add(1)
+		got, err := readAll(context.Background(), l, obj, 64<<10)
+		if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+			t.Fatalf("read %s: err %v", obj.Key, err)
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	late := 0
+	for i, obj := range order {
+		gets := st.getsOf(obj.Key)
+		if len(gets) != 1 {
+			t.Errorf("%s: %d GETs, want exactly 1", obj.Key, len(gets))
+			continue
+		}
+		if i > 0 && gets[0].seq > opened[i] {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d of %d files were not fetched ahead of the reader", late, n-1)
+	}
+	if maxAhead > lead {
+		t.Errorf("lead reached %d files, want <= %d", maxAhead, lead)
+	}
+	if w := stats.PrefetchWasted.Load(); w != 0 {
+		t.Errorf("%d prefetched files wasted", w)
+	}
+	t.Logf("max lead %d files; prefetch issued %d used %d", maxAhead, stats.PrefetchIssued.Load(), stats.PrefetchUsed.Load())
+}
+
+func TestAnnouncedOrderFollowsSkipAndNewEpoch(t *testing.T) {
+	const n, lead = 100, 5
+	st := newFakeStore()
+	objs := addFiles(st, "e", n, 1000)
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: lead, Workers: 2})
+	l.Announce(objs)
+	ctx := context.Background()
+	read := func(i int) {
+		t.Helper()
+		if _, err := readAll(ctx, l, objs[i], 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetched := func(i int) bool { return len(st.getsOf(objs[i].Key)) > 0 }
+
+	read(0)
+	waitFor(t, "lead after file 0", func() bool { return fetched(lead) })
+	// Skip ahead: the lead follows the reader; files in between are left alone.
+	read(50)
+	waitFor(t, "lead after skip to 50", func() bool { return fetched(50 + lead) })
+	time.Sleep(20 * time.Millisecond)
+	for i := lead + 1; i < 50; i++ {
+		if fetched(i) {
+			t.Errorf("file %d (skipped over) was fetched", i)
+		}
+	}
+	if fetched(50 + lead + 1) {
+		t.Errorf("file %d past the lead was fetched", 50+lead+1)
+	}
+
+	// A new epoch in reverse order replaces the old one.
+	rev := make([]store.Object, n)
+	for i := range objs {
+		rev[i] = objs[n-1-i]
+	}
+	l.Announce(rev)
+	if _, err := readAll(ctx, l, rev[0], 4096); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lead of the new epoch", func() bool { return fetched(n - 1 - lead) })
+	for k, c := range st.countByKey() {
+		if c > 1 {
+			t.Errorf("%s fetched %d times", k, c)
+		}
+	}
+}
+
+// With a cache tier, a second epoch over the same files fetches nothing:
+// the prefetcher finds every file in the cache.
+func TestAnnouncedSecondEpochIsServedFromCache(t *testing.T) {
+	const n = 60
+	st := newFakeStore()
+	objs := addFiles(st, "w", n, 5000)
+	tier := newMapTier()
+	l := newTestLoader(t, st, tier, Options{CrossFile: true, FileLead: 10, Workers: 4})
+	for epoch := range 2 {
+		l.Announce(objs)
+		walk(t, l, st, objs, 0)
+		if got := st.gets.Load(); got != n {
+			t.Errorf("after epoch %d: %d GETs, want %d", epoch, got, n)
+		}
+	}
+}
+
+// Four data-loader workers sharing one directory open its files slightly out
+// of order; directory prefetch still fetches every file exactly once.
+func TestDirectoryOrderInterleavedReaders(t *testing.T) {
+	const n, readers = 200, 4
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	objs := addFiles(st, "d", n, 30<<10)
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 16, Workers: 8, Stats: stats})
+	l.SetSiblings(dirSiblings{objs: objs})
+	var wg sync.WaitGroup
+	for r := range readers {
+		wg.Go(func() {
+			for i := r; i < n; i += readers {
+				got, err := readAll(context.Background(), l, objs[i], 64<<10)
+				if err != nil || !bytes.Equal(got, st.data(objs[i].Key)) {
+					t.Errorf("read %s: err %v or wrong bytes", objs[i].Key, err)
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	for k, c := range st.countByKey() {
+		if c != 1 {
+			t.Errorf("%s fetched %d times, want 1", k, c)
+		}
+	}
+	if stats.PrefetchUsed.Load() < n/2 {
+		t.Errorf("only %d of %d files came from prefetch", stats.PrefetchUsed.Load(), n)
+	}
+	t.Logf("prefetch issued %d used %d wasted %d", stats.PrefetchIssued.Load(), stats.PrefetchUsed.Load(), stats.PrefetchWasted.Load())
+}

@@ -1,0 +1,269 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// HedgeOptions configure Hedged. Zero fields take the defaults shown.
+type HedgeOptions struct {
+	// MaxSize: whole-object GETs of objects up to this size are hedged (4 MiB).
+	// Larger reads are dominated by transfer time, where a duplicate only
+	// doubles the bytes.
+	MaxSize int64
+	// Percentile of recent first-byte latencies after which a duplicate is
+	// sent (0.95), never sooner than Floor (5 ms); InitialDelay (50 ms) is
+	// used until MinSamples (20) latencies have been seen.
+	Percentile   float64
+	Floor        time.Duration
+	InitialDelay time.Duration
+	MinSamples   int
+	// Window is how many recent latencies are kept (512).
+	Window int
+	// Ratio bounds duplicates as a share of hedgeable GETs (0.05), with a
+	// burst of Burst (10) duplicates: a token bucket earning Ratio per GET.
+	Ratio float64
+	Burst float64
+	Stats *Stats
+}
+
+func (o HedgeOptions) withDefaults() HedgeOptions {
+	if o.MaxSize <= 0 {
+		o.MaxSize = 4 << 20
+	}
+	if o.Percentile <= 0 || o.Percentile >= 1 {
+		o.Percentile = 0.95
+	}
+	if o.Floor <= 0 {
+		o.Floor = 5 * time.Millisecond
+	}
+	if o.InitialDelay <= 0 {
+		o.InitialDelay = 50 * time.Millisecond
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = 20
+	}
+	if o.Window <= 0 {
+		o.Window = 512
+	}
+	if o.Ratio <= 0 {
+		o.Ratio = 0.05
+	}
+	if o.Burst <= 0 {
+		o.Burst = 10
+	}
+	if o.Stats == nil {
+		o.Stats = &Stats{}
+	}
+	return o
+}
+
+// Hedged is a store.Store decorator for tail latency on small objects: when
+// a whole-object GET has not produced its first byte after about the p95 of
+// recent first-byte latencies, it sends one duplicate and takes whichever
+// answers first, cancelling the other. Duplicates stay within a budget
+// (Ratio of GETs). Other calls pass through. It belongs with the store
+// decorators; it lives here until store/ takes it.
+type Hedged struct {
+	store.Store
+	opts HedgeOptions
+
+	mu      sync.Mutex
+	samples []time.Duration // guarded by mu: ring of recent first-byte latencies
+	head    int             // guarded by mu: next slot in samples
+	fresh   int             // guarded by mu: samples since delay was computed
+	delay   time.Duration   // guarded by mu: current hedge delay
+	tokens  float64         // guarded by mu: duplicates we may still send
+}
+
+// NewHedged wraps s.
+func NewHedged(s store.Store, opts HedgeOptions) *Hedged {
+	opts = opts.withDefaults()
+	return &Hedged{Store: s, opts: opts, delay: opts.InitialDelay, tokens: opts.Burst}
+}
+
+// Delay is the current hedge delay.
+func (h *Hedged) Delay() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.delay
+}
+
+type attempt struct {
+	body   io.ReadCloser
+	err    error
+	lat    time.Duration
+	hedge  bool
+	cancel context.CancelFunc
+}
+
+// ReadRange implements store.Store.
+func (h *Hedged) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	whole := off == 0 && (n < 0 || n >= obj.Size)
+	if !whole || obj.Size > h.opts.MaxSize || obj.Size == 0 {
+		return h.Store.ReadRange(ctx, obj, off, n)
+	}
+	h.earn()
+	results := make(chan attempt, 2) // buffered: a loser never blocks
+	var cancels []context.CancelFunc // every attempt's, to stop the losers
+	launch := func(hedge bool) {
+		actx, cancel := context.WithCancel(ctx)
+		cancels = append(cancels, cancel)
+		go func() {
+			t0 := time.Now()
+			body, err := h.firstByte(actx, obj, off, n)
+			results <- attempt{body: body, err: err, lat: time.Since(t0), hedge: hedge, cancel: cancel}
+		}()
+	}
+	launch(false)
+	pending, hedged := 1, false
+	timer := time.NewTimer(h.Delay())
+	defer timer.Stop()
+	var firstErr error
+	for pending > 0 {
+		select {
+		case a := <-results:
+			pending--
+			if a.err == nil {
+				h.record(a.lat)
+				if a.hedge {
+					h.opts.Stats.HedgeWins.Add(1)
+				}
+				// Stop the slower attempt now: its context is the caller's
+				// (a loader's lives as long as the mount).
+				if pending > 0 {
+					cancels[btoi(!a.hedge)]()
+				}
+				h.dropLosers(results, pending)
+				return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
+			}
+			a.cancel()
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			if !hedged {
+				// An error is not slowness: retrying is another decorator's job.
+				return nil, firstErr
+			}
+		case <-timer.C:
+			if !hedged && h.spend() {
+				hedged = true
+				pending++
+				h.opts.Stats.Hedges.Add(1)
+				launch(true)
+			}
+		case <-ctx.Done():
+			h.dropLosers(results, pending)
+			return nil, fmt.Errorf("hedged read %q: %w", obj.Key, ctx.Err())
+		}
+	}
+	return nil, firstErr
+}
+
+// dropLosers closes the attempts still running when they come back. Their
+// contexts derive from the caller's, which the caller ends; cancel each as
+// it returns too.
+func (h *Hedged) dropLosers(results chan attempt, pending int) {
+	if pending == 0 {
+		return
+	}
+	go func() {
+		for range pending {
+			a := <-results
+			if a.body != nil {
+				a.body.Close()
+			}
+			a.cancel()
+		}
+	}()
+}
+
+// firstByte issues the GET and waits for the first byte of the body, which
+// is what "answered" means: headers can come back before the data does.
+func (h *Hedged) firstByte(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	body, err := h.Store.ReadRange(ctx, obj, off, n)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 512)
+	for {
+		k, err := body.Read(buf)
+		if k > 0 || err != nil {
+			if err != nil && err != io.EOF {
+				body.Close()
+				return nil, err
+			}
+			return &prefixed{Reader: io.MultiReader(bytes.NewReader(buf[:k]), body), body: body}, nil
+		}
+	}
+}
+
+type prefixed struct {
+	io.Reader
+	body io.ReadCloser
+}
+
+func (p *prefixed) Close() error { return p.body.Close() }
+
+// hedgedBody ends the winning attempt's context when the body is closed.
+type hedgedBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *hedgedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+func (h *Hedged) earn() {
+	h.mu.Lock()
+	h.tokens = min(h.tokens+h.opts.Ratio, h.opts.Burst)
+	h.mu.Unlock()
+}
+
+func (h *Hedged) spend() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tokens < 1 {
+		return false
+	}
+	h.tokens--
+	return true
+}
+
+// record adds a first-byte latency and recomputes the delay every few
+// samples (sorting the window on every GET would cost more than it tells).
+func (h *Hedged) record(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.samples) < h.opts.Window {
+		h.samples = append(h.samples, d)
+	} else {
+		h.samples[h.head] = d
+		h.head = (h.head + 1) % h.opts.Window
+	}
+	h.fresh++
+	if len(h.samples) < h.opts.MinSamples || h.fresh < 8 && len(h.samples) > h.opts.MinSamples {
+		return
+	}
+	h.fresh = 0
+	s := slices.Clone(h.samples)
+	slices.Sort(s)
+	h.delay = max(h.opts.Floor, s[int(h.opts.Percentile*float64(len(s)-1))])
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

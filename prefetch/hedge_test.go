@@ -1,0 +1,149 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// callLatency returns a latency function that gives the n-th call for a
+// key (from 0) the latency f(n).
+func callLatency(f func(n int) time.Duration) func(string) time.Duration {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	return func(key string) time.Duration {
+		mu.Lock()
+		n := calls[key]
+		calls[key]++
+		mu.Unlock()
+		return f(n)
+	}
+}
+
+func readObject(t *testing.T, s store.Store, obj store.Object, off, n int64) []byte {
+	t.Helper()
+	b, err := tryRead(s, obj, off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// tryRead is readObject for goroutines other than the test's.
+func tryRead(s store.Store, obj store.Object, off, n int64) ([]byte, error) {
+	rc, err := s.ReadRange(context.Background(), obj, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+func TestHedgedSlowPrimaryLosesToDuplicate(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("slow", 110<<10)
+	st.latency = callLatency(func(n int) time.Duration {
+		if n == 0 {
+			return 5 * time.Second // a stuck first GET
+		}
+		return time.Millisecond
+	})
+	stats := &Stats{}
+	h := NewHedged(st, HedgeOptions{InitialDelay: 20 * time.Millisecond, Stats: stats})
+	start := time.Now()
+	got := readObject(t, h, obj, 0, obj.Size)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("hedged read took %v: the duplicate did not win", took)
+	}
+	if !bytes.Equal(got, st.data(obj.Key)) {
+		t.Error("wrong bytes")
+	}
+	if stats.Hedges.Load() != 1 || stats.HedgeWins.Load() != 1 {
+		t.Errorf("hedges %d wins %d, want 1 and 1", stats.Hedges.Load(), stats.HedgeWins.Load())
+	}
+}
+
+func TestHedgedPassThroughAndErrors(t *testing.T) {
+	st := newFakeStore()
+	small := st.add("small", 1000)
+	large := st.add("large", 4<<20)
+	st.latency = func(string) time.Duration { return 30 * time.Millisecond }
+	stats := &Stats{}
+	h := NewHedged(st, HedgeOptions{InitialDelay: time.Millisecond, MaxSize: 1 << 20, Stats: stats})
+	for _, tc := range []struct {
+		name   string
+		obj    store.Object
+		off, n int64
+	}{
+		{"ranged read of a small object", small, 10, 100},
+		{"whole large object", large, 0, large.Size},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := st.gets.Load()
+			got := readObject(t, h, tc.obj, tc.off, tc.n)
+			if !bytes.Equal(got, st.data(tc.obj.Key)[tc.off:tc.off+tc.n]) {
+				t.Error("wrong bytes")
+			}
+			if n := st.gets.Load() - before; n != 1 {
+				t.Errorf("%d GETs, want 1 (not hedged)", n)
+			}
+		})
+	}
+	// An error is not slowness: it comes back at once, unhedged.
+	st.latency = nil
+	boom := errors.New("boom")
+	st.fail = func(store.Object) error { return boom }
+	if _, err := h.ReadRange(context.Background(), small, 0, small.Size); !errors.Is(err, boom) {
+		t.Errorf("err %v, want boom", err)
+	}
+	if stats.Hedges.Load() != 0 {
+		t.Errorf("%d hedges, want 0", stats.Hedges.Load())
+	}
+}
+
+func TestHedgedBudgetAndDelay(t *testing.T) {
+	st := newFakeStore()
+	const gets = 400
+	objs := make([]store.Object, gets)
+	for i := range objs {
+		objs[i] = st.add(fmt.Sprintf("o%d", i), 2000)
+	}
+	// Every GET is slower than the hedge delay would be at first.
+	st.latency = func(string) time.Duration { return 3 * time.Millisecond }
+	stats := &Stats{}
+	h := NewHedged(st, HedgeOptions{InitialDelay: 100 * time.Microsecond, Floor: 100 * time.Microsecond, MinSamples: 1000, Stats: stats})
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, obj := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if b, err := tryRead(h, obj, 0, obj.Size); err != nil || !bytes.Equal(b, st.data(obj.Key)) {
+				t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Burst 10 + 5% of 400.
+	if n := stats.Hedges.Load(); n > 10+gets/20 || n == 0 {
+		t.Errorf("%d hedges for %d GETs, want 1..%d", n, gets, 10+gets/20)
+	}
+	t.Logf("%d hedges for %d GETs", stats.Hedges.Load(), gets)
+
+	// With samples, the delay follows the p95 of first-byte latency.
+	h2 := NewHedged(st, HedgeOptions{InitialDelay: time.Second, Floor: time.Millisecond, MinSamples: 20})
+	st.latency = callLatency(func(int) time.Duration { return 2 * time.Millisecond })
+	for _, obj := range objs[:40] {
+		readObject(t, h2, obj, 0, obj.Size)
+	}
+	if d := h2.Delay(); d < 2*time.Millisecond || d > 500*time.Millisecond {
+		t.Errorf("delay %v after 40 GETs of ~2ms, want about their p95", d)
+	}
+}

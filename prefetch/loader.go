@@ -1,0 +1,646 @@
+// Package prefetch turns reads of byte ranges of objects into block fetches
+// from a store.Store, shared by a whole mount: it owns the block loader
+// (singleflight per block, a global limit on GETs in flight, cache fill),
+// the memory budget for fetched-but-unread data, read-ahead within a file,
+// cross-file prefetch (directory order and announced epoch order) and the
+// Hedged store decorator for small objects.
+//
+// It does not own the cache tiers (package cache: it only calls Get and Put),
+// the object store itself (package store), directory listings (the fuse layer
+// passes them in through Siblings) or errno mapping (package fuse).
+//
+// Lock order: Loader.mu -> planner.dirMu -> planner.mu, and Loader.mu ->
+// budget.mu (a prefetch checks, under Loader.mu, that its file is still
+// ahead of the reader). No lock is held across a GET or a cache tier call.
+package prefetch
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// ErrClosed is returned by reads after Loader.Close.
+var ErrClosed = errors.New("prefetch: loader closed")
+
+// Options configure a Loader. Zero fields take the defaults shown.
+type Options struct {
+	// BlockSize is the unit of fetch and cache for large objects (8 MiB).
+	BlockSize int64
+	// SmallObject: objects up to this size are fetched whole as block 0
+	// (default BlockSize, so no buffer is ever larger than a block).
+	SmallObject int64
+	// MaxInflight caps the loader's GETs in flight (128: hides a ~20 ms
+	// round trip at a few GB/s). Prefetch may use at most 3/4 of it, so a
+	// foreground read always finds a slot soon.
+	MaxInflight int
+	// MemoryBudget bounds the bytes of blocks being fetched or held in the
+	// ready map across the loader (1 GiB). It does not cover the cache tier.
+	MemoryBudget int64
+	// ReadAhead is the largest read-ahead window in blocks (8).
+	ReadAhead int
+	// CrossFile turns on prefetch of the next files (directory or announced order).
+	CrossFile bool
+	// FileLead and ByteLead bound how far cross-file prefetch runs ahead of
+	// the reader (64 files, MemoryBudget/2 bytes).
+	FileLead int
+	ByteLead int64
+	// FileBlocks is how many leading blocks of a large file cross-file
+	// prefetch fetches; read-ahead does the rest once the file is read (2).
+	FileBlocks int
+	// Workers is the number of cross-file prefetch goroutines (min(MaxInflight/2, 64)).
+	Workers int
+	// DirHits is how many consecutive in-order opens in one directory start
+	// directory-order prefetch (2).
+	DirHits int
+	// ReadyTTL: a ready block not read for this long may be evicted by new
+	// prefetch when the budget is full (30 s); until then only a foreground
+	// read evicts it.
+	ReadyTTL time.Duration
+	// Siblings gives directory listing order; nil disables directory-order
+	// prefetch. It can also be set later with SetSiblings.
+	Siblings Siblings
+	Logger   *slog.Logger
+	Stats    *Stats
+}
+
+func (o Options) withDefaults() Options {
+	if o.BlockSize <= 0 {
+		o.BlockSize = 8 << 20
+	}
+	if o.SmallObject <= 0 {
+		o.SmallObject = o.BlockSize
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = 128
+	}
+	if o.MemoryBudget <= 0 {
+		o.MemoryBudget = 1 << 30
+	}
+	if o.ReadAhead <= 0 {
+		o.ReadAhead = 8
+	}
+	if o.FileLead <= 0 {
+		o.FileLead = 64
+	}
+	if o.ByteLead <= 0 {
+		o.ByteLead = o.MemoryBudget / 2
+	}
+	if o.FileBlocks <= 0 {
+		o.FileBlocks = 2
+	}
+	if o.Workers <= 0 {
+		o.Workers = max(1, min(o.MaxInflight/2, 64))
+	}
+	if o.DirHits <= 0 {
+		o.DirHits = 2
+	}
+	if o.ReadyTTL <= 0 {
+		o.ReadyTTL = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stats == nil {
+		o.Stats = &Stats{}
+	}
+	return o
+}
+
+// blockOverhead is charged to the budget per block on top of its bytes, so
+// that millions of tiny files cannot fill the ready map for free.
+const blockOverhead = 512
+
+// Loader fetches blocks for a whole mount. It is safe for concurrent use.
+type Loader struct {
+	st    store.Store
+	tier  cache.Tier // may be nil
+	opts  Options
+	stats *Stats
+	log   *slog.Logger
+
+	// ctx is the lifetime of every fetch and background goroutine; Close
+	// cancels it. Fetches never run on a caller's context.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	mem       *budget
+	gets      chan struct{} // global GET slots
+	pgets     chan struct{} // the share of slots prefetch may use
+	plan      *planner      // nil unless CrossFile
+	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
+
+	mu       sync.Mutex
+	flights  map[cache.Key]*flight // guarded by mu: fetches in progress
+	ready    map[cache.Key]*flight // guarded by mu: fetched, not yet consumed
+	lru      list.List             // guarded by mu: ready flights, oldest first
+	pflights int64                 // guarded by mu: prefetch flights in progress
+	closed   bool                  // guarded by mu
+}
+
+// flight is one fetch of one block and, once done, the block itself. It is
+// reference counted: the fetch, each waiter and the ready map each hold one
+// reference, and the block's budget is returned when the last goes.
+type flight struct {
+	key      cache.Key
+	obj      store.Object
+	n        int64 // block length
+	prefetch bool  // started by prefetch, not by a read
+	done     chan struct{}
+	data     []byte // set before done is closed
+	err      error  // set before done is closed
+
+	charge  int64         // guarded by Loader.mu: bytes held in the budget
+	refs    int           // guarded by Loader.mu
+	used    bool          // guarded by Loader.mu: a read has taken it
+	elem    *list.Element // guarded by Loader.mu: position in lru while ready
+	readyAt time.Time     // guarded by Loader.mu
+}
+
+// NewLoader builds a loader over st, filling tier (which may be nil).
+// Call Close to stop its background work.
+func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
+	opts = opts.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Loader{
+		st:        st,
+		tier:      tier,
+		opts:      opts,
+		stats:     opts.Stats,
+		log:       opts.Logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		mem:       newBudget(opts.MemoryBudget, opts.Stats),
+		gets:      make(chan struct{}, opts.MaxInflight),
+		pgets:     make(chan struct{}, max(1, opts.MaxInflight*3/4)),
+		maxPfetch: int64(4 * opts.MaxInflight),
+		flights:   make(map[cache.Key]*flight),
+		ready:     make(map[cache.Key]*flight),
+	}
+	if opts.CrossFile {
+		l.plan = newPlanner(l)
+		l.plan.start()
+	}
+	return l
+}
+
+// Close stops background work, waits for every fetch the loader started,
+// and drops the ready map. Reads after Close fail with ErrClosed.
+func (l *Loader) Close() error {
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.cancel()
+		l.wg.Wait()
+		for l.evictOne(false) {
+		}
+	})
+	return nil
+}
+
+// Open returns a Reader for one open file handle. obj must carry the Size
+// and ETag from the listing or Stat: blocks are laid out by Size and every
+// GET is pinned to ETag. With CrossFile, Open also tells the cross-file
+// prefetcher where the reader is. Open does no I/O.
+func (l *Loader) Open(obj store.Object) Reader {
+	if l.plan != nil {
+		l.plan.opened(obj)
+	}
+	return &reader{l: l, obj: obj, issued: -1}
+}
+
+// Announce sets the order in which files will be read (one epoch); it
+// replaces any earlier order. The loader keeps order: the caller must not
+// modify it afterwards. It does nothing without CrossFile.
+func (l *Loader) Announce(order []store.Object) {
+	if l.plan != nil {
+		l.plan.announce(order)
+	}
+}
+
+// SetSiblings sets the source of directory order for directory-order
+// prefetch (as Options.Siblings does). It does nothing without CrossFile.
+func (l *Loader) SetSiblings(s Siblings) {
+	if l.plan != nil {
+		l.plan.setSiblings(s)
+	}
+}
+
+// numBlocks is how many blocks obj has.
+func (l *Loader) numBlocks(obj store.Object) int64 {
+	switch {
+	case obj.Size <= 0:
+		return 0
+	case obj.Size <= l.opts.SmallObject:
+		return 1
+	default:
+		return (obj.Size + l.opts.BlockSize - 1) / l.opts.BlockSize
+	}
+}
+
+// blockRange is the byte range [off, off+n) of block i of obj.
+func (l *Loader) blockRange(obj store.Object, i int64) (off, n int64) {
+	if obj.Size <= l.opts.SmallObject {
+		return 0, obj.Size
+	}
+	off = i * l.opts.BlockSize
+	return off, min(l.opts.BlockSize, obj.Size-off)
+}
+
+// blockOf is the index of the block holding byte off of obj.
+func (l *Loader) blockOf(obj store.Object, off int64) int64 {
+	if obj.Size <= l.opts.SmallObject {
+		return 0
+	}
+	return off / l.opts.BlockSize
+}
+
+func key(obj store.Object, i int64) cache.Key {
+	return cache.Key{Object: obj.Key, ETag: obj.ETag, Block: i}
+}
+
+// handle is a block a reader is waiting for or holds: either bytes straight
+// from the cache tier, or a reference to a flight.
+type handle struct {
+	data []byte
+	f    *flight
+}
+
+// joinLocked takes a reference on the ready block or fetch in flight for k,
+// if any, on behalf of a read. Called with l.mu held.
+func (l *Loader) joinLocked(k cache.Key) *flight {
+	f := l.ready[k]
+	if f != nil {
+		l.lru.MoveToBack(f.elem)
+		f.readyAt = time.Now()
+		l.stats.ReadyHits.Add(1)
+	} else if f = l.flights[k]; f != nil {
+		l.stats.Shared.Add(1)
+	} else {
+		return nil
+	}
+	f.refs++
+	if f.prefetch && !f.used {
+		l.stats.PrefetchUsed.Add(1)
+	}
+	f.used = true
+	return f
+}
+
+// startRead finds block i of obj for a foreground read, starting a fetch if
+// no one holds or fetches it. It does not wait for the fetch.
+func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
+	k := key(obj, i)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return handle{}, ErrClosed
+	}
+	if f := l.joinLocked(k); f != nil {
+		l.mu.Unlock()
+		return handle{f: f}, nil
+	}
+	l.mu.Unlock()
+
+	_, n := l.blockRange(obj, i)
+	if data, ok := l.tierGet(k, n); ok {
+		return handle{data: data}, nil
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return handle{}, ErrClosed
+	}
+	// Someone may have started it while we looked in the tier.
+	if f := l.joinLocked(k); f != nil {
+		return handle{f: f}, nil
+	}
+	f := l.newFlightLocked(obj, i, n, false)
+	f.refs++ // the reader's
+	f.used = true
+	return handle{f: f}, nil
+}
+
+// tierGet looks k up in the cache tier. A block of the wrong length (written
+// under another block size) is a miss, never served.
+func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
+	if l.tier == nil {
+		return nil, false
+	}
+	data, ok := l.tier.Get(k)
+	if !ok || int64(len(data)) != n {
+		return nil, false
+	}
+	l.stats.CacheHits.Add(1)
+	return data, true
+}
+
+// newFlightLocked registers and starts a fetch; the fetch holds one
+// reference. Called with l.mu held.
+func (l *Loader) newFlightLocked(obj store.Object, i, n int64, prefetch bool) *flight {
+	f := &flight{key: key(obj, i), obj: obj, n: n, prefetch: prefetch, done: make(chan struct{}), refs: 1}
+	if prefetch {
+		f.charge = n + blockOverhead // taken by the caller before
+		l.pflights++
+		l.stats.PrefetchIssued.Add(1)
+	}
+	l.flights[f.key] = f
+	l.wg.Add(1)
+	go l.run(f)
+	return f
+}
+
+// wait returns the bytes of h, or the caller's context error at once if ctx
+// ends first; the fetch goes on for other waiters and the cache.
+func (l *Loader) wait(ctx context.Context, h handle) ([]byte, error) {
+	if h.f == nil {
+		return h.data, nil
+	}
+	select {
+	case <-h.f.done:
+		return h.f.data, h.f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("prefetch: read %q block %d: %w", h.f.key.Object, h.f.key.Block, ctx.Err())
+	}
+}
+
+// What a reader does with a block when it is done with it.
+type relMode int
+
+const (
+	relDrop     relMode = iota // just let go (failed or abandoned read)
+	relKeep                    // not read to its end: keep it ready for the next read
+	relConsumed                // read to its end: it leaves the ready map
+)
+
+// release drops the reader's reference on h. relKeep keeps a fetched block
+// in the ready map for the reader's next read (the cache tier may be absent
+// or have dropped it); relConsumed removes it from there.
+func (l *Loader) release(h handle, mode relMode) {
+	if h.f == nil {
+		return
+	}
+	f := h.f
+	var charge int64
+	l.mu.Lock()
+	switch mode {
+	case relKeep:
+		l.keepReadyLocked(f)
+	case relConsumed:
+		charge = l.removeReadyLocked(f)
+	}
+	charge += l.unrefLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+}
+
+// keepReadyLocked puts a fetched block into the ready map unless the loader
+// is closing or a foreground read waits for budget (new holders would only
+// be evicted again). Called with l.mu held.
+func (l *Loader) keepReadyLocked(f *flight) {
+	if f.elem != nil || l.closed || f.charge == 0 || !isDone(f) || f.err != nil || l.mem.pressured() {
+		return
+	}
+	if _, busy := l.ready[f.key]; busy {
+		return
+	}
+	f.refs++
+	f.elem = l.lru.PushBack(f)
+	f.readyAt = time.Now()
+	l.ready[f.key] = f
+}
+
+func (l *Loader) removeReadyLocked(f *flight) (charge int64) {
+	if f.elem == nil {
+		return 0
+	}
+	l.lru.Remove(f.elem)
+	f.elem = nil
+	delete(l.ready, f.key)
+	return l.unrefLocked(f)
+}
+
+// unrefLocked drops one reference and returns the charge to give back to
+// the budget (after unlocking) when it was the last.
+func (l *Loader) unrefLocked(f *flight) int64 {
+	f.refs--
+	if f.refs > 0 || f.charge == 0 {
+		return 0
+	}
+	c := f.charge
+	f.charge = 0
+	return c
+}
+
+func isDone(f *flight) bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// evictOne drops the oldest ready block; with staleOnly, only one not read
+// for ReadyTTL. It reports whether it dropped one.
+func (l *Loader) evictOne(staleOnly bool) bool {
+	l.mu.Lock()
+	e := l.lru.Front()
+	if e == nil {
+		l.mu.Unlock()
+		return false
+	}
+	f := e.Value.(*flight)
+	if staleOnly && time.Since(f.readyAt) < l.opts.ReadyTTL {
+		l.mu.Unlock()
+		return false
+	}
+	if f.prefetch && !f.used {
+		l.stats.PrefetchWasted.Add(1)
+	}
+	charge := l.removeReadyLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+	return true
+}
+
+// run performs one fetch on the loader's context.
+func (l *Loader) run(f *flight) {
+	defer l.wg.Done()
+	data, err := l.fetchFlight(f)
+	f.data, f.err = data, err
+	close(f.done)
+	// Fill the cache before leaving the flights map, so that a read
+	// arriving now joins this flight instead of fetching again.
+	if err == nil && l.tier != nil {
+		l.tier.Put(f.key, data)
+	}
+	l.mu.Lock()
+	delete(l.flights, f.key)
+	if f.prefetch {
+		l.pflights--
+		if err == nil && !f.used {
+			l.keepReadyLocked(f)
+			if f.elem == nil {
+				l.stats.PrefetchWasted.Add(1)
+			}
+		}
+	}
+	charge := l.unrefLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+}
+
+func (l *Loader) fetchFlight(f *flight) ([]byte, error) {
+	ctx := l.ctx
+	if !f.prefetch {
+		// A read's fetch waits for room; evicting ready blocks first
+		// guarantees progress (see budget.acquire).
+		n := f.n + blockOverhead
+		if err := l.mem.acquire(ctx, n, func() bool { return l.evictOne(false) }); err != nil {
+			return nil, l.closedErr(f, err)
+		}
+		l.mu.Lock()
+		f.charge = n
+		l.mu.Unlock()
+	}
+	if f.prefetch {
+		if err := acquireSlot(ctx, l.pgets); err != nil {
+			return nil, l.closedErr(f, err)
+		}
+		defer func() { <-l.pgets }()
+	}
+	if err := acquireSlot(ctx, l.gets); err != nil {
+		return nil, l.closedErr(f, err)
+	}
+	defer func() { <-l.gets }()
+	return l.fetch(ctx, f.obj, f.key.Block, f.n)
+}
+
+func (l *Loader) closedErr(f *flight, err error) error {
+	return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", f.key.Object, f.key.Block, ErrClosed, err)
+}
+
+func acquireSlot(ctx context.Context, slots chan struct{}) error {
+	select {
+	case slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fetch GETs block i (n bytes) of obj, pinned to its ETag by the store.
+func (l *Loader) fetch(ctx context.Context, obj store.Object, i, n int64) ([]byte, error) {
+	off, _ := l.blockRange(obj, i)
+	l.stats.Gets.Add(1)
+	l.stats.Inflight.Add(1)
+	defer l.stats.Inflight.Add(-1)
+	data, err := readFull(ctx, l.st, obj, off, n)
+	l.stats.GetBytes.Add(int64(len(data)))
+	if err != nil {
+		if ctx.Err() != nil { // the loader is closing, not the store failing
+			return nil, fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", obj.Key, i, ErrClosed, err)
+		}
+		l.stats.GetErrors.Add(1)
+		l.log.Debug("prefetch: fetch failed", "key", obj.Key, "block", i, "err", err)
+		return nil, fmt.Errorf("prefetch: fetch %q block %d: %w", obj.Key, i, err)
+	}
+	return data, nil
+}
+
+func readFull(ctx context.Context, st store.Store, obj store.Object, off, n int64) ([]byte, error) {
+	rc, err := st.ReadRange(ctx, obj, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	got, err := io.ReadFull(rc, buf)
+	if err != nil {
+		return buf[:got], fmt.Errorf("read body [%d,+%d) after %d bytes: %w", off, n, got, err)
+	}
+	return buf, nil
+}
+
+// Prefetch outcomes.
+type pfResult int
+
+const (
+	pfPresent pfResult = iota // held, cached or being fetched already
+	pfStarted                 // a fetch was started
+	pfNoRoom                  // no budget or too many prefetches: skipped
+)
+
+// startPrefetch starts a background fetch of block i of obj unless it is
+// already held, cached or in flight. It never waits. With hold, the caller
+// gets a reference on the started flight (to wait on it) and must release it.
+// wanted, when not nil, is asked under l.mu just before the fetch is
+// registered: a reader registers its own fetch under l.mu too, so a file the
+// reader has reached is never fetched a second time by prefetch.
+func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, wanted func() bool) (*flight, pfResult) {
+	k := key(obj, i)
+	l.mu.Lock()
+	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
+	full := l.pflights >= l.maxPfetch
+	l.mu.Unlock()
+	if present {
+		return nil, pfPresent
+	}
+	_, n := l.blockRange(obj, i)
+	if l.tier != nil {
+		// A tier lookup, not tierGet: a prefetch probe is not a cache hit.
+		if data, ok := l.tier.Get(k); ok && int64(len(data)) == n {
+			return nil, pfPresent
+		}
+	}
+	if full {
+		l.stats.PrefetchSkipped.Add(1)
+		return nil, pfNoRoom
+	}
+	charge := n + blockOverhead
+	if !l.mem.tryAcquire(charge) && !(l.evictOne(true) && l.mem.tryAcquire(charge)) {
+		l.stats.PrefetchSkipped.Add(1)
+		return nil, pfNoRoom
+	}
+	l.mu.Lock()
+	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() {
+		l.mu.Unlock()
+		l.mem.release(charge)
+		return nil, pfPresent
+	}
+	f := l.newFlightLocked(obj, i, n, true)
+	if hold {
+		f.refs++
+	}
+	l.mu.Unlock()
+	return f, pfStarted
+}
+
+// unhold drops a reference taken by startPrefetch with hold.
+func (l *Loader) unhold(f *flight) {
+	l.mu.Lock()
+	charge := l.unrefLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+}

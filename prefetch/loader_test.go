@@ -1,0 +1,395 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// waitFor polls cond until it holds or the test's patience runs out.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSingleflight64Readers(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		size, off int64
+	}{
+		{"small object, whole", 110 << 10, 0},
+		{"large object, middle block", 10 << 20, 5 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("a/obj", tc.size)
+			st.gate = make(chan struct{})
+			stats := &Stats{}
+			tier := newMapTier()
+			l := newTestLoader(t, st, tier, Options{BlockSize: 1 << 20, Stats: stats})
+
+			const readers = 64
+			want := st.data(obj.Key)[tc.off : tc.off+4096]
+			var wg sync.WaitGroup
+			errs := make(chan error, readers)
+			for range readers {
+				wg.Go(func() {
+					r := l.Open(obj)
+					defer r.Close()
+					p := make([]byte, 4096)
+					if _, err := r.ReadAt(context.Background(), p, tc.off); err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(p, want) {
+						errs <- errors.New("wrong bytes")
+					}
+				})
+			}
+			// Every reader has joined the one fetch before it may finish.
+			waitFor(t, "63 shares", func() bool { return stats.Shared.Load() == readers-1 })
+			close(st.gate)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			blockGets := 0
+			for _, e := range st.getsOf(obj.Key) {
+				if e.off <= tc.off && tc.off < e.off+e.n {
+					blockGets++
+				}
+			}
+			if blockGets != 1 {
+				t.Errorf("GETs of the block = %d, want 1", blockGets)
+			}
+		})
+	}
+}
+
+func TestCachedBlockIsNotFetchedAgain(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("d/f", 300<<10)
+	tier := newMapTier()
+	ctx := context.Background()
+	l1 := newTestLoader(t, st, tier, Options{BlockSize: 128 << 10, SmallObject: 64 << 10})
+	got, err := readAll(ctx, l1, obj, 50<<10)
+	if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+		t.Fatalf("first read: err %v, equal %v", err, bytes.Equal(got, st.data(obj.Key)))
+	}
+	if _, ok := tier.Get(cache.Key{Object: obj.Key, ETag: obj.ETag, Block: 2}); !ok {
+		t.Fatal("block 2 not put in the tier")
+	}
+	before := st.gets.Load()
+	// A new loader has an empty ready map: only the tier can serve it.
+	stats := &Stats{}
+	l2 := newTestLoader(t, st, tier, Options{BlockSize: 128 << 10, SmallObject: 64 << 10, Stats: stats})
+	got, err = readAll(ctx, l2, obj, 50<<10)
+	if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+		t.Fatalf("second read: err %v", err)
+	}
+	if n := st.gets.Load() - before; n != 0 {
+		t.Errorf("cached object cost %d GETs, want 0", n)
+	}
+	if stats.CacheHits.Load() == 0 {
+		t.Error("no cache hits counted")
+	}
+}
+
+func TestCancelledReaderDoesNotFailOthers(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("x", 200<<10)
+	st.gate = make(chan struct{})
+	tier := newMapTier()
+	stats := &Stats{}
+	l := newTestLoader(t, st, tier, Options{Stats: stats})
+
+	ctxA, cancelA := context.WithCancel(context.Background())
+	errA := make(chan error, 1)
+	go func() {
+		_, err := l.Open(obj).ReadAt(ctxA, make([]byte, 100), 0)
+		errA <- err
+	}()
+	errB := make(chan error, 1)
+	pB := make([]byte, 100)
+	waitFor(t, "A's fetch at the store", func() bool { return st.waiting.Load() == 1 })
+	go func() {
+		_, err := l.Open(obj).ReadAt(context.Background(), pB, 50)
+		errB <- err
+	}()
+	waitFor(t, "B to join", func() bool { return stats.Shared.Load() == 1 })
+	cancelA()
+	select {
+	case err := <-errA:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("A: err %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled reader did not return while the fetch was blocked")
+	}
+	close(st.gate)
+	if err := <-errB; err != nil {
+		t.Fatalf("B failed: %v", err)
+	}
+	if !bytes.Equal(pB, st.data(obj.Key)[50:150]) {
+		t.Error("B: wrong bytes")
+	}
+	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(key(obj, 0)); return ok })
+	if n := st.gets.Load(); n != 1 {
+		t.Errorf("GETs = %d, want 1", n)
+	}
+}
+
+// A cancelled sole reader still fills the cache: the fetch is the loader's.
+func TestCancelledSoleReaderStillFillsCache(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("solo", 1000)
+	st.gate = make(chan struct{})
+	tier := newMapTier()
+	l := newTestLoader(t, st, tier, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := l.Open(obj).ReadAt(ctx, make([]byte, 10), 0)
+		cancelled <- err
+	}()
+	waitFor(t, "fetch at the store", func() bool { return st.waiting.Load() == 1 })
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	close(st.gate)
+	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(key(obj, 0)); return ok })
+}
+
+func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"transient", errors.New("connection reset")},
+		{"changed", fmt.Errorf("read: %w", store.ErrChanged)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("e", 5000)
+			st.gate = make(chan struct{})
+			st.fail = func(store.Object) error { return tc.err }
+			tier := newMapTier()
+			stats := &Stats{}
+			l := newTestLoader(t, st, tier, Options{Stats: stats})
+			const waiters = 10
+			errs := make(chan error, waiters)
+			for range waiters {
+				go func() {
+					_, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0)
+					errs <- err
+				}()
+			}
+			waitFor(t, "all waiters", func() bool { return stats.Shared.Load() == waiters-1 })
+			close(st.gate)
+			for range waiters {
+				if err := <-errs; !errors.Is(err, tc.err) {
+					t.Errorf("waiter: err %v, want %v", err, tc.err)
+				}
+			}
+			if _, ok := tier.Get(key(obj, 0)); ok {
+				t.Error("failed fetch was cached")
+			}
+			// Not cached: the next read fetches again, and succeeds now.
+			st.mu.Lock()
+			st.fail = nil
+			st.mu.Unlock()
+			p := make([]byte, 10)
+			if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); err != nil {
+				t.Fatalf("read after failure: %v", err)
+			}
+			if n := st.gets.Load(); n != 2 {
+				t.Errorf("GETs = %d, want 2", n)
+			}
+		})
+	}
+}
+
+func TestChangedObjectSurfacesErrChanged(t *testing.T) {
+	st := newFakeStore()
+	old := st.add("c", 3<<20)
+	st.add("c", 3<<20) // overwritten: new ETag
+	l := newTestLoader(t, st, nil, Options{BlockSize: 1 << 20})
+	_, err := l.Open(old).ReadAt(context.Background(), make([]byte, 10), 2<<20)
+	if !errors.Is(err, store.ErrChanged) {
+		t.Fatalf("err %v, want ErrChanged", err)
+	}
+}
+
+func TestRandomReadsByteExact(t *testing.T) {
+	const bs = 64 << 10
+	sizes := []int64{0, 1, 1000, bs - 1, bs, bs + 1, 5*bs + 123, 20 * bs}
+	for _, tc := range []struct {
+		name   string
+		tier   bool
+		budget int64
+		small  int64
+	}{
+		{"no tier", false, 0, bs},
+		{"tier", true, 0, bs},
+		{"tiny budget", false, bs / 2, bs},
+		{"small objects fetched whole up to 3 blocks", true, 0, 3 * bs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			var tier cache.Tier
+			if tc.tier {
+				tier = newMapTier()
+			}
+			l := newTestLoader(t, st, tier, Options{BlockSize: bs, SmallObject: tc.small, MemoryBudget: tc.budget, CrossFile: true, ReadAhead: 4})
+			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			var wg sync.WaitGroup
+			for i, size := range sizes {
+				obj := st.add(fmt.Sprintf("r/%d", i), size)
+				src := st.data(obj.Key)
+				seed := rng.Uint64()
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(seed, 1))
+					r := l.Open(obj)
+					defer r.Close()
+					for range 200 {
+						off := rng.Int64N(size + 2*bs + 1)
+						if rng.IntN(4) == 0 {
+							off = max(0, size-rng.Int64N(bs)) // around EOF
+						}
+						p := make([]byte, rng.IntN(3*bs)+1)
+						n, err := r.ReadAt(context.Background(), p, off)
+						wantN := max(0, min(int64(len(p)), size-off))
+						if int64(n) != wantN {
+							t.Errorf("size %d: ReadAt(len %d, off %d) = %d, want %d (err %v)", size, len(p), off, n, wantN, err)
+							return
+						}
+						if wantN < int64(len(p)) && err != io.EOF {
+							t.Errorf("size %d: short read at %d: err %v, want io.EOF", size, off, err)
+							return
+						}
+						if wantN == int64(len(p)) && err != nil {
+							t.Errorf("size %d: full read at %d: err %v", size, off, err)
+							return
+						}
+						if n > 0 && !bytes.Equal(p[:n], src[off:off+int64(n)]) {
+							t.Errorf("size %d: bytes differ at off %d len %d", size, off, n)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestReadAheadGrowsAndShrinks(t *testing.T) {
+	const bs = 64 << 10
+	st := newFakeStore()
+	obj := st.add("big", 64*bs)
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: bs, ReadAhead: 8, Stats: stats})
+	r := l.Open(obj)
+	defer r.Close()
+	ctx := context.Background()
+	p := make([]byte, bs/2)
+	// Sequential through 4 blocks: the window reaches 8 blocks ahead.
+	for off := int64(0); off < 4*bs; off += int64(len(p)) {
+		if _, err := r.ReadAt(ctx, p, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	maxBlock := func() (m int64) {
+		for _, e := range st.getsOf(obj.Key) {
+			m = max(m, e.off/bs)
+		}
+		return m
+	}
+	waitFor(t, "read-ahead to reach block 11 (window 8 past block 3)", func() bool { return maxBlock() >= 11 })
+	time.Sleep(10 * time.Millisecond)
+	if m := maxBlock(); m != 11 {
+		t.Errorf("read-ahead reached block %d, want 11", m)
+	}
+	if stats.PrefetchIssued.Load() == 0 || stats.PrefetchUsed.Load() == 0 {
+		t.Errorf("prefetch issued %d used %d, want both > 0", stats.PrefetchIssued.Load(), stats.PrefetchUsed.Load())
+	}
+	// Random reads: the window collapses, so they fetch only what they read.
+	issued := stats.PrefetchIssued.Load()
+	for _, b := range []int64{40, 20, 50, 30, 60} {
+		if _, err := r.ReadAt(ctx, p, b*bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if extra := stats.PrefetchIssued.Load() - issued; extra > 2+1 {
+		t.Errorf("random reads issued %d read-ahead fetches, want the window to shrink (<= 3)", extra)
+	}
+}
+
+func TestCloseStopsAndFailsReads(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("z", 100)
+	st.gate = make(chan struct{}) // never opened: Close must not wait on the store
+	l := NewLoader(st, nil, Options{CrossFile: true})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0)
+		errc <- err
+	}()
+	waitFor(t, "fetch at the store", func() bool { return st.waiting.Load() == 1 })
+	done := make(chan struct{})
+	go func() { l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Errorf("read in flight at Close: err %v, want ErrClosed", err)
+	}
+	if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("read after Close: err %v, want ErrClosed", err)
+	}
+}
+
+func TestGlobalInflightLimit(t *testing.T) {
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return 2 * time.Millisecond }
+	objs := make([]store.Object, 64)
+	for i := range objs {
+		objs[i] = st.add(fmt.Sprintf("lim/%02d", i), 300<<10)
+	}
+	const limit = 4
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: 64 << 10, MaxInflight: limit, CrossFile: true, Stats: stats})
+	l.Announce(objs)
+	var wg sync.WaitGroup
+	for _, obj := range objs {
+		wg.Go(func() {
+			if got, err := readAll(context.Background(), l, obj, 40<<10); err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+				t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
+			}
+		})
+	}
+	wg.Wait()
+	if p := st.peak.Load(); p > limit || p < 2 {
+		t.Errorf("peak GETs in flight %d, want 2..%d", p, limit)
+	}
+	t.Logf("peak GETs in flight %d (limit %d), GETs %d", st.peak.Load(), limit, stats.Gets.Load())
+}

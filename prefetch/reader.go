@@ -1,0 +1,135 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// Reader reads one open file. ReadAt has io.ReaderAt semantics: a short
+// read happens only at the end of the object, with io.EOF. A Reader is safe
+// for concurrent use (the kernel may send several reads of one handle at once).
+type Reader interface {
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	Close() error
+}
+
+// reader keeps only a few words of state, so thousands of open files cost
+// nothing until they read; their buffers live in the loader, under its budget.
+type reader struct {
+	l   *Loader
+	obj store.Object
+
+	mu     sync.Mutex
+	next   int64 // guarded by mu: offset just after the last read
+	window int   // guarded by mu: read-ahead window, in blocks
+	issued int64 // guarded by mu: last block read-ahead has covered
+	closed bool  // guarded by mu
+}
+
+func (r *reader) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, fs.ErrClosed)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("prefetch: read %q at %d: %w", r.obj.Key, off, fs.ErrInvalid)
+	}
+	size := r.obj.Size
+	if off >= size {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+	}
+	l := r.l
+	end := min(off+int64(len(p)), size)
+	first, last := l.blockOf(r.obj, off), l.blockOf(r.obj, end-1)
+
+	// Blocks are read one at a time: a reader never holds one block (and
+	// its budget) while waiting for another, which could deadlock readers
+	// against each other on the budget. The later blocks of a read spanning
+	// several start at once as prefetch, so their GETs still overlap.
+	for b := first + 1; b <= last; b++ {
+		l.startPrefetch(r.obj, b, false, nil)
+	}
+	r.readAhead(off, end, last)
+
+	n := 0
+	for b := first; b <= last; b++ {
+		h, err := l.startRead(r.obj, b)
+		if err != nil {
+			return n, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+		}
+		data, err := l.wait(ctx, h)
+		if err != nil {
+			l.release(h, relDrop)
+			return n, err
+		}
+		bOff, bn := l.blockRange(r.obj, b)
+		lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
+		n += copy(p[n:], data[lo:hi])
+		mode := relKeep
+		if hi == bn {
+			mode = relConsumed
+		}
+		l.release(h, mode)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readAhead grows the window on sequential reads (1, 2, 4, ... ReadAhead
+// blocks past the read) and shrinks it on a jump, then starts fetches for
+// blocks of the window not covered yet. It never waits: a block that finds
+// no budget is skipped and tried again by a later read.
+func (r *reader) readAhead(off, end, last int64) {
+	l := r.l
+	nb := l.numBlocks(r.obj)
+	if nb <= 1 {
+		return
+	}
+	// Concurrent kernel reads arrive slightly out of order; still sequential.
+	slack := min(l.opts.BlockSize, 1<<20)
+	r.mu.Lock()
+	if off >= r.next-slack && off <= r.next+slack {
+		r.window = min(max(1, r.window*2), l.opts.ReadAhead)
+	} else {
+		r.window /= 4
+		r.issued = last
+	}
+	r.next = end
+	from, to := max(r.issued+1, last+1), min(last+int64(r.window), nb-1)
+	r.mu.Unlock()
+
+	done := int64(-1)
+	for b := from; b <= to; b++ {
+		if _, res := l.startPrefetch(r.obj, b, false, nil); res == pfNoRoom {
+			break
+		}
+		done = b
+	}
+	if done >= 0 {
+		r.mu.Lock()
+		r.issued = max(r.issued, done)
+		r.mu.Unlock()
+	}
+}

@@ -1,0 +1,38 @@
+package prefetch
+
+import "sync/atomic"
+
+// Stats are the loader's counters. The caller allocates one and passes it in
+// Options (and HedgeOptions), so metrics can read it and several loaders in
+// one process never share hidden state. All fields are safe for concurrent use.
+type Stats struct {
+	Gets      atomic.Int64 // block GETs started by the loader
+	GetBytes  atomic.Int64 // bytes received by those GETs
+	GetErrors atomic.Int64 // GETs that failed (not counting loader shutdown)
+	Inflight  atomic.Int64 // gauge: loader GETs in flight now
+
+	CacheHits atomic.Int64 // blocks served from the cache tier
+	ReadyHits atomic.Int64 // blocks served from the ready map
+	Shared    atomic.Int64 // waiters that joined a fetch already in flight (singleflight shares)
+
+	PrefetchIssued  atomic.Int64 // prefetch fetches started (read-ahead and cross-file)
+	PrefetchUsed    atomic.Int64 // prefetched blocks later read by a caller
+	PrefetchWasted  atomic.Int64 // prefetched blocks dropped before any read
+	PrefetchSkipped atomic.Int64 // read-ahead skipped for lack of memory budget or slots
+
+	MemInUse atomic.Int64 // gauge: bytes charged to the memory budget now
+	MemPeak  atomic.Int64 // high-water mark of MemInUse
+
+	Hedges    atomic.Int64 // duplicate GETs sent by Hedged
+	HedgeWins atomic.Int64 // hedges that answered first
+}
+
+// storeMax raises a high-water mark to v.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}

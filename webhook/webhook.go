@@ -1,0 +1,361 @@
+// Package webhook owns the dataccel mutating admission webhook: it reads
+// the dataccel.io/* annotations of a pod, validates them, and answers an
+// AdmissionReview with a JSON patch that adds the dataccel native sidecar
+// (an init container with restartPolicy Always), its volumes, and the
+// dataset mount in every regular container. It also owns the HTTP handler
+// for AdmissionReview requests and the reloading TLS key pair the command
+// serves them with.
+//
+// It does not own flags, logging setup or the listener (cmd/dataccel wires
+// those), nor the mount itself: the sidecar runs `dataccel mount`. The
+// injected sidecar mirrors deploy/base: keep the two in step (the
+// cmd/dataccel tests parse both sidecars' arguments with the real command).
+package webhook
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/dataccel/dataccel/cache"
+)
+
+// Annotations read (and, for Status, written) by the webhook.
+const (
+	// AnnotationInject turns injection on: "true" injects, "false" or no
+	// annotation leaves the pod unchanged, anything else is rejected.
+	AnnotationInject = "dataccel.io/inject"
+	// AnnotationBucket is the bucket to mount (required with inject).
+	AnnotationBucket = "dataccel.io/bucket"
+	// AnnotationPrefix is the key prefix inside the bucket (default: none).
+	AnnotationPrefix = "dataccel.io/prefix"
+	// AnnotationMountPath is where containers see the dataset (default /data).
+	AnnotationMountPath = "dataccel.io/mount-path"
+	// AnnotationCacheSize bounds the NVMe cache, e.g. "400GiB".
+	AnnotationCacheSize = "dataccel.io/cache-size"
+	// AnnotationRAMCacheSize bounds the RAM cache, e.g. "8GiB"; the
+	// sidecar's memory request and limit are sized from it.
+	AnnotationRAMCacheSize = "dataccel.io/ram-cache-size"
+	// AnnotationEndpoint overrides the webhook's default S3 endpoint.
+	AnnotationEndpoint = "dataccel.io/endpoint"
+	// AnnotationSecret names the Secret (in the pod's namespace) holding
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+	AnnotationSecret = "dataccel.io/secret"
+	// AnnotationStatus is set to "injected" on pods the webhook changed.
+	AnnotationStatus = "dataccel.io/status"
+)
+
+// Names of what the webhook adds to a pod.
+const (
+	SidecarName      = "dataccel"
+	DataVolumeName   = "dataccel-data"
+	CacheVolumeName  = "dataccel-cache"
+	HTTPPortName     = "dataccel-http"
+	sidecarCacheDir  = "/cache"
+	sidecarReadyFile = "/tmp/ready"
+)
+
+// Config is the webhook's side of the sidecar: what the cluster operator
+// sets once, as opposed to what each pod asks for in its annotations.
+type Config struct {
+	Image           string            // the dataccel image (required)
+	ImagePullPolicy corev1.PullPolicy // default IfNotPresent
+	Endpoint        string            // default S3 endpoint; "" means AWS S3
+	Region          string            // S3 region; "" leaves the binary's default
+	Secret          string            // default credentials Secret name
+	CacheHostPath   string            // node-local NVMe directory; one subdirectory per bucket/prefix
+	CacheSize       string            // default NVMe cache bound
+	RAMCacheSize    string            // default RAM cache bound
+	MountPath       string            // default mount path in the containers
+	MaxInflight     int               // concurrent GETs per mount
+	HTTPPort        int32             // the sidecar's /metrics, /healthz, /readyz port
+	MetadataTTL     string            // --metadata-ttl of the sidecar
+}
+
+// Defaults used for Config fields left empty.
+const (
+	DefaultSecret        = "dataccel-s3"
+	DefaultCacheHostPath = "/mnt/nvme/dataccel"
+	DefaultCacheSize     = "100GiB"
+	DefaultRAMCacheSize  = "4GiB"
+	DefaultMountPath     = "/data"
+	DefaultMaxInflight   = 128
+	DefaultHTTPPort      = 9100
+	DefaultMetadataTTL   = "1h"
+)
+
+// memoryHeadroom is added to the RAM cache for the sidecar's memory request
+// and limit: prefetch buffers, in-flight GET bodies, the FUSE layer and the
+// Go runtime.
+const memoryHeadroom = 2 << 30
+
+// WithDefaults returns c with empty fields filled.
+func (c Config) WithDefaults() Config {
+	if c.ImagePullPolicy == "" {
+		c.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if c.Secret == "" {
+		c.Secret = DefaultSecret
+	}
+	if c.CacheHostPath == "" {
+		c.CacheHostPath = DefaultCacheHostPath
+	}
+	if c.CacheSize == "" {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.RAMCacheSize == "" {
+		c.RAMCacheSize = DefaultRAMCacheSize
+	}
+	if c.MountPath == "" {
+		c.MountPath = DefaultMountPath
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.HTTPPort == 0 {
+		c.HTTPPort = DefaultHTTPPort
+	}
+	if c.MetadataTTL == "" {
+		c.MetadataTTL = DefaultMetadataTTL
+	}
+	return c
+}
+
+// Validate checks the operator's configuration, including the defaults a
+// pod inherits, so a bad flag fails at start rather than on every pod.
+func (c Config) Validate() error {
+	if c.Image == "" {
+		return fmt.Errorf("image is required")
+	}
+	switch c.ImagePullPolicy {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("image pull policy %q: want Always, IfNotPresent or Never", c.ImagePullPolicy)
+	}
+	if !path.IsAbs(c.CacheHostPath) || path.Clean(c.CacheHostPath) != c.CacheHostPath || c.CacheHostPath == "/" {
+		return fmt.Errorf("cache host path %q: want a clean absolute directory other than /", c.CacheHostPath)
+	}
+	if c.MaxInflight < 1 {
+		return fmt.Errorf("max inflight %d: must be at least 1", c.MaxInflight)
+	}
+	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
+		return fmt.Errorf("http port %d: out of range", c.HTTPPort)
+	}
+	// The defaults go through the same checks as annotations.
+	_, err := c.settings(map[string]string{AnnotationBucket: "placeholder-bucket"})
+	return err
+}
+
+// settings is what one pod gets: Config defaults overridden by annotations.
+type settings struct {
+	bucket, prefix, mountPath string
+	cacheSize, ramCacheSize   string
+	ramBytes                  int64
+	endpoint, secret          string
+}
+
+// AnnotationError is a bad annotation; its message names the annotation,
+// the value and what was expected.
+type AnnotationError struct {
+	Key, Value, Want string
+}
+
+func (e *AnnotationError) Error() string {
+	return fmt.Sprintf("annotation %s=%q: %s", e.Key, e.Value, e.Want)
+}
+
+var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+func (c Config) settings(ann map[string]string) (settings, error) {
+	s := settings{
+		bucket:       ann[AnnotationBucket],
+		prefix:       ann[AnnotationPrefix],
+		mountPath:    valueOr(ann, AnnotationMountPath, c.MountPath),
+		cacheSize:    valueOr(ann, AnnotationCacheSize, c.CacheSize),
+		ramCacheSize: valueOr(ann, AnnotationRAMCacheSize, c.RAMCacheSize),
+		endpoint:     valueOr(ann, AnnotationEndpoint, c.Endpoint),
+		secret:       valueOr(ann, AnnotationSecret, c.Secret),
+	}
+	if s.bucket == "" {
+		return s, &AnnotationError{AnnotationBucket, "", "required when " + AnnotationInject + ` is "true"`}
+	}
+	if !bucketRE.MatchString(s.bucket) || strings.Contains(s.bucket, "..") {
+		return s, &AnnotationError{AnnotationBucket, s.bucket, "want an S3 bucket name: 3-63 lower-case letters, digits, '.' or '-', starting and ending with a letter or digit"}
+	}
+	if err := checkPrefix(s.prefix); err != "" {
+		return s, &AnnotationError{AnnotationPrefix, s.prefix, err}
+	}
+	if err := checkMountPath(s.mountPath); err != "" {
+		return s, &AnnotationError{AnnotationMountPath, s.mountPath, err}
+	}
+	// The disk cache may be a share of the cache filesystem, as the
+	// binary allows; the RAM cache must be a size: it sizes the memory.
+	if n, err := cache.ParseSizeOrPercent(s.cacheSize, 1<<40); err != nil || n <= 0 {
+		return s, &AnnotationError{AnnotationCacheSize, s.cacheSize, `want a positive size such as "400GiB" or "500G", or a share of the disk such as "80%"`}
+	}
+	n, err := cache.ParseSize(s.ramCacheSize)
+	switch {
+	case err != nil || n <= 0:
+		return s, &AnnotationError{AnnotationRAMCacheSize, s.ramCacheSize, `want a positive size such as "8GiB" (it sizes the sidecar's memory)`}
+	case n > 4<<40:
+		return s, &AnnotationError{AnnotationRAMCacheSize, s.ramCacheSize, "want at most 4TiB"}
+	}
+	s.ramBytes = n
+	if s.endpoint != "" {
+		u, err := url.Parse(s.endpoint)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want an http:// or https:// URL"}
+		case u.User != nil:
+			// Never echo a credential back: the message omits the value.
+			return s, &AnnotationError{AnnotationEndpoint, "(redacted)", "must not carry credentials; put them in the Secret"}
+		case u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/"):
+			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want scheme://host[:port] only"}
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(s.secret); len(errs) > 0 {
+		return s, &AnnotationError{AnnotationSecret, s.secret, "want a Secret name: " + strings.Join(errs, "; ")}
+	}
+	return s, nil
+}
+
+func valueOr(m map[string]string, k, def string) string {
+	if v, ok := m[k]; ok {
+		return v
+	}
+	return def
+}
+
+func checkPrefix(p string) string {
+	if p == "" {
+		return ""
+	}
+	if len(p) > 1024 {
+		return "want at most 1024 bytes"
+	}
+	if strings.HasPrefix(p, "/") {
+		return `want a key prefix without a leading "/" (e.g. "imagenet/train")`
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return "must not contain control characters"
+		}
+	}
+	for i, seg := range strings.Split(strings.TrimSuffix(p, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Sprintf("segment %d is %q: want no empty, \".\" or \"..\" segments", i+1, seg)
+		}
+	}
+	return ""
+}
+
+func checkMountPath(p string) string {
+	switch {
+	case !path.IsAbs(p) || path.Clean(p) != p:
+		return `want a clean absolute path such as "/data"`
+	case p == "/":
+		return "must not be /"
+	case strings.ContainsAny(p, ":\x00"):
+		return `must not contain ":"`
+	}
+	for _, reserved := range []string{"/dev", "/proc", "/sys", "/etc", "/var/run/secrets"} {
+		if p == reserved || strings.HasPrefix(p, reserved+"/") {
+			return "must not be under " + reserved
+		}
+	}
+	return ""
+}
+
+// cacheHostDir is the node directory for one dataset: the disk cache locks
+// its directory, so two datasets must not share one.
+func (c Config) cacheHostDir(s settings) string {
+	return path.Join(c.CacheHostPath, s.bucket, strings.TrimSuffix(s.prefix, "/"))
+}
+
+// SidecarArgs is the command line of the injected sidecar (after the
+// image's entrypoint, which is the dataccel binary).
+func (c Config) sidecarArgs(s settings) []string {
+	src := "s3://" + s.bucket + "/" + s.prefix
+	args := []string{"mount", src, s.mountPath}
+	if s.endpoint != "" {
+		args = append(args, "--endpoint="+s.endpoint)
+	}
+	if c.Region != "" {
+		args = append(args, "--region="+c.Region)
+	}
+	return append(args,
+		"--cache-dir="+sidecarCacheDir,
+		"--cache-size="+s.cacheSize,
+		"--ram-cache-size="+s.ramCacheSize,
+		"--max-inflight="+strconv.Itoa(c.MaxInflight),
+		"--prefetch=on",
+		"--http=:"+strconv.Itoa(int(c.HTTPPort)),
+		"--ready-file="+sidecarReadyFile,
+		"--metadata-ttl="+c.MetadataTTL,
+		// The trainer runs as another uid; without allow_other the kernel
+		// refuses it (and the container runtime) access to the mount.
+		"--allow-other",
+	)
+}
+
+func (c Config) sidecar(s settings) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	privileged := true
+	root := int64(0)
+	mem := resource.NewQuantity(s.ramBytes+memoryHeadroom, resource.BinarySI)
+	bidi := corev1.MountPropagationBidirectional
+	probe := func(p string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: p, Port: intstr.FromString(HTTPPortName),
+			}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   2,
+			FailureThreshold: failures,
+		}
+	}
+	secretEnv := func(name string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.secret}, Key: name,
+		}}}
+	}
+	return corev1.Container{
+		Name:            SidecarName,
+		Image:           c.Image,
+		ImagePullPolicy: c.ImagePullPolicy,
+		Args:            c.sidecarArgs(s),
+		RestartPolicy:   &always,
+		Env: []corev1.EnvVar{
+			secretEnv("AWS_ACCESS_KEY_ID"), secretEnv("AWS_SECRET_ACCESS_KEY"),
+			// A soft limit for the Go runtime, below the container's limit.
+			{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()/10*9, 10)},
+		},
+		Ports: []corev1.ContainerPort{{Name: HTTPPortName, ContainerPort: c.HTTPPort, Protocol: corev1.ProtocolTCP}},
+		// Startup: the mount must serve before the next containers start
+		// (up to 5 minutes: a cold listing of a large prefix takes time).
+		StartupProbe:   probe("/readyz", 2, 150),
+		ReadinessProbe: probe("/readyz", 10, 3),
+		LivenessProbe:  probe("/healthz", 10, 6),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: *mem},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: *mem},
+		},
+		// privileged: Kubernetes accepts mountPropagation Bidirectional only
+		// in privileged containers; it also grants /dev/fuse and
+		// CAP_SYS_ADMIN, which mount(2) of a FUSE file system needs.
+		SecurityContext: &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: DataVolumeName, MountPath: s.mountPath, MountPropagation: &bidi},
+			{Name: CacheVolumeName, MountPath: sidecarCacheDir},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}

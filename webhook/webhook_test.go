@@ -1,0 +1,467 @@
+package webhook_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/webhook"
+	"github.com/dataccel/dataccel/webhook/jsonpatch"
+)
+
+var testConfig = webhook.Config{
+	Image:         "ghcr.io/dataccel/dataccel:test",
+	Endpoint:      "http://minio.storage.svc:9000",
+	CacheHostPath: "/mnt/nvme/dataccel",
+}
+
+const annotatedPod = `
+apiVersion: v1
+kind: Pod
+metadata:
+  generateName: train-
+  namespace: ml
+  annotations:
+    dataccel.io/inject: "true"
+    dataccel.io/bucket: datasets
+    dataccel.io/prefix: imagenet/train
+    dataccel.io/cache-size: 400GiB
+    dataccel.io/ram-cache-size: 8GiB
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsNonRoot: true}
+  containers:
+  - name: trainer
+    image: pytorch/pytorch:latest
+    command: [python, train.py, --data, /data]
+`
+
+// podWith returns annotatedPod with the annotation key set to value
+// (value "-" deletes it).
+func podWith(t *testing.T, key, value string) string {
+	t.Helper()
+	var p map[string]any
+	if err := yaml.Unmarshal([]byte(annotatedPod), &p); err != nil {
+		t.Fatal(err)
+	}
+	ann := p["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if value == "-" {
+		delete(ann, key)
+	} else {
+		ann[key] = value
+	}
+	b, err := yaml.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// review runs one pod (YAML) through the handler as an AdmissionReview and
+// returns the response.
+func review(t *testing.T, h http.Handler, podYAML string, op admissionv1.Operation) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, err := yaml.YAMLToJSON([]byte(podYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID("uid-123"),
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: "ml",
+			Operation: op,
+			Object:    runtime.RawExtension{Raw: raw},
+		},
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, webhook.PathMutate, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview" {
+		t.Fatalf("response type %s %s", out.APIVersion, out.Kind)
+	}
+	if out.Response == nil || out.Response.UID != "uid-123" {
+		t.Fatalf("response %+v does not carry the request UID", out.Response)
+	}
+	return out.Response
+}
+
+// applyPatch applies the response's patch to the pod and decodes the
+// result strictly. It also checks the patch only adds, and never
+// overwrites a member the pod already had.
+func applyPatch(t *testing.T, podYAML string, resp *admissionv1.AdmissionResponse) *corev1.Pod {
+	t.Helper()
+	raw, err := yaml.YAMLToJSON([]byte(podYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+		t.Fatalf("patch type %v, want JSONPatch", resp.PatchType)
+	}
+	var ops []jsonpatch.Operation
+	if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.Op != "add" {
+			t.Fatalf("patch has %s %s: the webhook must only add", op.Op, op.Path)
+		}
+		if !strings.HasSuffix(op.Path, "/-") {
+			_, err := jsonpatch.Apply(doc, []jsonpatch.Operation{{Op: "test", Path: op.Path}})
+			if err == nil || !strings.Contains(err.Error(), "does not exist") {
+				t.Fatalf("patch overwrites existing %s", op.Path)
+			}
+		}
+	}
+	patched, err := jsonpatch.ApplyJSON(raw, resp.Patch)
+	if err != nil {
+		t.Fatalf("apply patch: %v\npatch: %s", err, resp.Patch)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(patched, &pod); err != nil {
+		t.Fatalf("patched pod does not decode strictly: %v", err)
+	}
+	return &pod
+}
+
+func newHandler(t *testing.T, reg prometheus.Registerer) *webhook.Handler {
+	t.Helper()
+	h, err := webhook.NewHandler(testConfig, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func sidecars(pod *corev1.Pod) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.Name == webhook.SidecarName {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestInject(t *testing.T) {
+	withInit := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
+  - name: fetch-labels
+    image: busybox
+    command: [sh, -c, "true"]
+  volumes:
+  - name: scratch
+    emptyDir: {}
+  containers:
+`, 1)
+	withInit = strings.Replace(withInit, "    command: [python, train.py, --data, /data]\n",
+		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n  - name: logger\n    image: busybox\n", 1)
+	tests := []struct {
+		name, pod    string
+		wantMount    string
+		wantCacheDir string
+		wantInits    int
+	}{
+		{"minimal pod", annotatedPod, "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
+		{"pod with init containers, volumes and mounts", withInit, "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 2},
+		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/datasets", 1},
+		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
+		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHandler(t, nil)
+			resp := review(t, h, tt.pod, admissionv1.Create)
+			if !resp.Allowed {
+				t.Fatalf("denied: %v", resp.Result)
+			}
+			pod := applyPatch(t, tt.pod, resp)
+			sc := sidecars(pod)
+			if len(sc) != 1 {
+				t.Fatalf("%d sidecars, want exactly 1", len(sc))
+			}
+			if len(pod.Spec.InitContainers) != tt.wantInits {
+				t.Fatalf("%d init containers, want %d", len(pod.Spec.InitContainers), tt.wantInits)
+			}
+			last := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1]
+			if last.Name != webhook.SidecarName {
+				t.Fatalf("sidecar is not the last init container: %s", last.Name)
+			}
+			s := sc[0]
+			if s.RestartPolicy == nil || *s.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+				t.Fatal("sidecar is not a native sidecar (restartPolicy Always)")
+			}
+			if s.SecurityContext == nil || s.SecurityContext.Privileged == nil || !*s.SecurityContext.Privileged {
+				t.Fatal("Bidirectional propagation needs a privileged sidecar")
+			}
+			checkMount(t, s, webhook.DataVolumeName, tt.wantMount, corev1.MountPropagationBidirectional)
+			for _, c := range pod.Spec.Containers {
+				checkMount(t, c, webhook.DataVolumeName, tt.wantMount, corev1.MountPropagationHostToContainer)
+				if c.SecurityContext != nil {
+					t.Fatalf("container %s: security context changed", c.Name)
+				}
+			}
+			if got := s.Args[1:3]; got[1] != tt.wantMount {
+				t.Fatalf("sidecar mounts at %v, want %s", got, tt.wantMount)
+			}
+			if !contains(s.Args, "--allow-other") || !contains(s.Args, "--endpoint=http://minio.storage.svc:9000") {
+				t.Fatalf("args %v", s.Args)
+			}
+			for _, e := range s.Env {
+				if e.Name == "GOMEMLIMIT" {
+					continue
+				}
+				if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != webhook.DefaultSecret {
+					t.Fatalf("env %s does not come from the Secret", e.Name)
+				}
+			}
+			for _, a := range s.Args {
+				if strings.Contains(strings.ToLower(a), "secret") || strings.Contains(strings.ToLower(a), "access-key") {
+					t.Fatalf("credential-looking argument %q", a)
+				}
+			}
+			var cacheVol *corev1.Volume
+			for i, v := range pod.Spec.Volumes {
+				if v.Name == webhook.CacheVolumeName {
+					cacheVol = &pod.Spec.Volumes[i]
+				}
+			}
+			if cacheVol == nil || cacheVol.HostPath == nil || cacheVol.HostPath.Path != tt.wantCacheDir {
+				t.Fatalf("cache volume %+v, want hostPath %s", cacheVol, tt.wantCacheDir)
+			}
+			ram, err := cache.ParseSize("8GiB")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := s.Resources.Requests.Memory(); m.Value() < ram {
+				t.Fatalf("memory request %s is below the RAM cache (8GiB)", m)
+			}
+			if !s.Resources.Limits.Memory().Equal(*s.Resources.Requests.Memory()) {
+				t.Fatal("memory limit differs from request")
+			}
+			if pod.Annotations[webhook.AnnotationStatus] != "injected" {
+				t.Fatalf("status annotation %q", pod.Annotations[webhook.AnnotationStatus])
+			}
+
+			// Idempotent: the patched pod passes unchanged.
+			b, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again := review(t, h, string(b), admissionv1.Create)
+			if !again.Allowed || again.Patch != nil {
+				t.Fatalf("second pass: allowed=%v patch=%s", again.Allowed, again.Patch)
+			}
+		})
+	}
+}
+
+func checkMount(t *testing.T, c corev1.Container, vol, path string, prop corev1.MountPropagationMode) {
+	t.Helper()
+	n := 0
+	for _, m := range c.VolumeMounts {
+		if m.Name != vol {
+			continue
+		}
+		n++
+		if m.MountPath != path || m.MountPropagation == nil || *m.MountPropagation != prop {
+			t.Fatalf("container %s mounts %s at %s propagation %v, want %s %s", c.Name, vol, m.MountPath, m.MountPropagation, path, prop)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("container %s mounts %s %d times, want 1", c.Name, vol, n)
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUnchanged(t *testing.T) {
+	injectedByHand := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
+  - name: dataccel
+    image: ghcr.io/dataccel/dataccel:old
+    restartPolicy: Always
+  containers:
+`, 1)
+	tests := []struct {
+		name, pod string
+		op        admissionv1.Operation
+	}{
+		{"not annotated", podWith(t, webhook.AnnotationInject, "-"), admissionv1.Create},
+		{"inject false", podWith(t, webhook.AnnotationInject, "false"), admissionv1.Create},
+		{"already injected", injectedByHand, admissionv1.Create},
+		{"update is not a create", annotatedPod, admissionv1.Update},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := review(t, newHandler(t, nil), tt.pod, tt.op)
+			if !resp.Allowed || resp.Patch != nil || resp.PatchType != nil {
+				t.Fatalf("allowed=%v patch=%s, want allowed and unchanged", resp.Allowed, resp.Patch)
+			}
+		})
+	}
+}
+
+func TestRejected(t *testing.T) {
+	conflictMount := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
+		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: other, mountPath: /data}\n  volumes:\n  - {name: other, emptyDir: {}}\n", 1)
+	conflictName := strings.Replace(annotatedPod, "  - name: trainer\n", "  - name: dataccel\n", 1)
+	conflictVol := strings.Replace(annotatedPod, "  containers:\n", "  volumes:\n  - {name: dataccel-cache, emptyDir: {}}\n  containers:\n", 1)
+	tests := []struct {
+		name, pod, wantMsg string
+	}{
+		{"inject yes", podWith(t, webhook.AnnotationInject, "yes"), `dataccel.io/inject="yes": want "true" or "false"`},
+		{"no bucket", podWith(t, webhook.AnnotationBucket, "-"), "dataccel.io/bucket"},
+		{"bad bucket", podWith(t, webhook.AnnotationBucket, "My_Bucket"), `dataccel.io/bucket="My_Bucket"`},
+		{"prefix with ..", podWith(t, webhook.AnnotationPrefix, "a/../b"), "dataccel.io/prefix"},
+		{"prefix leading slash", podWith(t, webhook.AnnotationPrefix, "/imagenet"), "leading"},
+		{"relative mount path", podWith(t, webhook.AnnotationMountPath, "data"), "dataccel.io/mount-path"},
+		{"mount path /", podWith(t, webhook.AnnotationMountPath, "/"), "must not be /"},
+		{"mount path under /proc", podWith(t, webhook.AnnotationMountPath, "/proc/x"), "/proc"},
+		{"cache size words", podWith(t, webhook.AnnotationCacheSize, "lots"), `dataccel.io/cache-size="lots"`},
+		{"cache size zero", podWith(t, webhook.AnnotationCacheSize, "0"), "positive size"},
+		{"cache share over 100%", podWith(t, webhook.AnnotationCacheSize, "120%"), "dataccel.io/cache-size"},
+		{"ram size as share", podWith(t, webhook.AnnotationRAMCacheSize, "10%"), "dataccel.io/ram-cache-size"},
+		{"ram size unit", podWith(t, webhook.AnnotationRAMCacheSize, "8 parsecs"), "dataccel.io/ram-cache-size"},
+		{"endpoint scheme", podWith(t, webhook.AnnotationEndpoint, "ftp://x"), "dataccel.io/endpoint"},
+		{"endpoint with credentials", podWith(t, webhook.AnnotationEndpoint, "http://AKIA:s3cr3t@minio:9000"), "must not carry credentials"},
+		{"secret name", podWith(t, webhook.AnnotationSecret, "Not_A_Name"), "dataccel.io/secret"},
+		{"mount path taken", conflictMount, `already mounts volume "other" at /data`},
+		{"container named dataccel", conflictName, "reserved"},
+		{"volume named dataccel-cache", conflictVol, "reserved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := review(t, newHandler(t, nil), tt.pod, admissionv1.Create)
+			if resp.Allowed || resp.Patch != nil {
+				t.Fatalf("allowed=%v patch=%s, want rejected", resp.Allowed, resp.Patch)
+			}
+			if resp.Result == nil || !strings.Contains(resp.Result.Message, tt.wantMsg) {
+				t.Fatalf("message %v, want it to contain %q", resp.Result, tt.wantMsg)
+			}
+			if strings.Contains(resp.Result.Message, "s3cr3t") {
+				t.Fatalf("message echoes a credential: %s", resp.Result.Message)
+			}
+		})
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	tests := []struct {
+		name, method, ctype, body string
+		want                      int
+	}{
+		{"GET", http.MethodGet, "application/json", "", http.StatusMethodNotAllowed},
+		{"wrong content type", http.MethodPost, "text/plain", "{}", http.StatusUnsupportedMediaType},
+		{"not JSON", http.MethodPost, "application/json", "{", http.StatusBadRequest},
+		{"no request", http.MethodPost, "application/json", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, http.StatusBadRequest},
+		{"v1beta1", http.MethodPost, "application/json", `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}`, http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, webhook.PathMutate, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", tt.ctype)
+			rec := httptest.NewRecorder()
+			newHandler(t, nil).ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Fatalf("status %d, want %d (%s)", rec.Code, tt.want, rec.Body)
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHandler(t, reg)
+	review(t, h, annotatedPod, admissionv1.Create)
+	review(t, h, podWith(t, webhook.AnnotationInject, "-"), admissionv1.Create)
+	review(t, h, podWith(t, webhook.AnnotationBucket, "-"), admissionv1.Create)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "dataccel_webhook_admissions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{"injected": 1, "skipped": 1, "rejected": 1}
+	if len(got) != len(want) {
+		t.Fatalf("counters %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("counters %v, want %v", got, want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*webhook.Config)
+		ok   bool
+	}{
+		{"defaults", func(*webhook.Config) {}, true},
+		{"no image", func(c *webhook.Config) { c.Image = "" }, false},
+		{"relative cache path", func(c *webhook.Config) { c.CacheHostPath = "nvme" }, false},
+		{"bad default cache size", func(c *webhook.Config) { c.CacheSize = "big" }, false},
+		{"bad default endpoint", func(c *webhook.Config) { c.Endpoint = "minio:9000" }, false},
+		{"bad pull policy", func(c *webhook.Config) { c.ImagePullPolicy = "Sometimes" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig
+			tt.mod(&c)
+			_, err := webhook.NewHandler(c, nil, nil)
+			if (err == nil) != tt.ok {
+				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
