@@ -39,12 +39,15 @@ func CheckMountpoint(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", dir)
 	}
-	mounted, err := IsMountpoint(dir)
+	fstype, err := mountType(dir)
 	if err != nil {
 		return err
 	}
-	if mounted {
-		return fmt.Errorf("mountpoint %s is already a mount point (unmount it first)", dir)
+	// A volume (a Kubernetes emptyDir, a bind mount) is a fine place to
+	// mount on: that is how a sidecar shares the dataset. Another FUSE
+	// filesystem there is a mistake (a second dataccel, s3fs).
+	if fstype == "fuse" || fstype == "fuseblk" || strings.HasPrefix(fstype, "fuse.") {
+		return fmt.Errorf("mountpoint %s is already a mount point of %s (unmount it first)", dir, fstype)
 	}
 	return nil
 }
@@ -66,27 +69,43 @@ func cleanStale(dir string) error {
 
 // IsMountpoint reports whether dir is listed in /proc/self/mountinfo.
 func IsMountpoint(dir string) (bool, error) {
+	fstype, err := mountType(dir)
+	return fstype != "", err
+}
+
+// mountType returns the filesystem type of the mount whose mount point is
+// dir (the last one listed: the visible one), or "" when dir is none.
+func mountType(dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false, fmt.Errorf("read mount table: %w", err)
+		return "", fmt.Errorf("read mount table: %w", err)
 	}
 	defer f.Close()
+	fstype := ""
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == abs {
-			return true, nil
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != abs {
+			continue
+		}
+		fstype = "unknown"
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) {
+				fstype = fields[i+1]
+				break
+			}
 		}
 	}
-	return false, sc.Err()
+	return fstype, sc.Err()
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).

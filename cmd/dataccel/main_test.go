@@ -60,12 +60,15 @@ func TestMountErrors(t *testing.T) {
 	st := srv.NewBucket(t)
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o644)
-	busy := t.TempDir()
-	if err := syscall.Mount("tmpfs", busy, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatalf("tmpfs for the already-mounted case: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(busy, syscall.MNT_DETACH) })
+	busy := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "s3://"+st.Bucket()).dir
 	deadPort, _ := testenv.FreePort()
+	// A volume (tmpfs, like a Kubernetes emptyDir) may be mounted on: the
+	// error must come from the next check, the endpoint.
+	volume := t.TempDir()
+	if err := syscall.Mount("tmpfs", volume, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(volume, syscall.MNT_DETACH) })
 
 	tests := []struct {
 		name         string
@@ -78,7 +81,9 @@ func TestMountErrors(t *testing.T) {
 		{name: "bad url", args: []string{"mount", "http://x/y", "MNT"}, wantMsg: "want s3://bucket"},
 		{name: "missing mountpoint", args: []string{"mount", "s3://" + st.Bucket(), "/nonexistent/dir"}, wantMsg: "does not exist"},
 		{name: "mountpoint is a file", args: []string{"mount", "s3://" + st.Bucket(), file}, wantMsg: "not a directory"},
-		{name: "already mounted", args: []string{"mount", "s3://" + st.Bucket(), busy}, wantMsg: "already a mount point"},
+		{name: "already mounted", args: []string{"mount", "s3://" + st.Bucket(), busy}, wantMsg: "already a mount point of fuse.dataccel"},
+		{name: "volume mount point is fine", args: []string{"mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", deadPort), "s3://" + st.Bucket(), volume},
+			wantMsg: "unreachable"},
 		{name: "unreachable endpoint", args: []string{"mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", deadPort), "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "unreachable", maxDuration: 15 * time.Second, checkMounted: true},
 		{name: "wrong secret", secret: "wrong-secret", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
