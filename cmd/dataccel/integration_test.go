@@ -69,7 +69,9 @@ func startMount(t *testing.T, dir string, args ...string) *running {
 	go func() { r.done <- root.ExecuteContext(ctx) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if ok, _ := fuse.IsMountpoint(dir); ok {
+		// Live means served by this mount: a stale one at dir lists as a
+		// mount point too, until the new mount detaches it.
+		if _, err := os.Stat(filepath.Join(dir, fuse.ControlDir)); err == nil {
 			break
 		}
 		select {

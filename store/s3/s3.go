@@ -57,7 +57,8 @@ type Config struct {
 
 // Store is a store.Store backed by one bucket.
 type Store struct {
-	client *minio.Client
+	client  *minio.Client
+	oneShot *minio.Client // same, without keep-alive
 	core   minio.Core
 	bucket string
 }
@@ -108,7 +109,15 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
 	}
 	client.SetAppInfo("dataccel", "1")
-	return &Store{client: client, core: minio.Core{Client: client}, bucket: cfg.Bucket}, nil
+	t := newTransport(1)
+	t.DisableKeepAlives = true
+	oneShot, err := minio.New(host, &minio.Options{
+		Creds: creds, Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: t, MaxRetries: cfg.MaxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
+	}
+	return &Store{client: client, oneShot: oneShot, core: minio.Core{Client: client}, bucket: cfg.Bucket}, nil
 }
 
 func newTransport(maxConns int) *http.Transport {
@@ -226,7 +235,15 @@ func (s *Store) MakeBucket(ctx context.Context) error {
 
 // Put uploads one object of a known size and returns its metadata.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (store.Object, error) {
-	info, err := s.client.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{
+	client := s.client
+	if size == 0 {
+		// An empty body goes out chunk-encoded, and some servers (versitygw)
+		// leave its trailer unread and answer it with a stray 400 that the
+		// next request on the connection would take for its own: send it
+		// on a connection used once.
+		client = s.oneShot
+	}
+	info, err := client.PutObject(ctx, s.bucket, key, r, size, minio.PutObjectOptions{
 		ContentType:      "application/octet-stream",
 		DisableMultipart: size >= 0 && size < 64<<20,
 	})
