@@ -39,27 +39,44 @@ func CheckMountpoint(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", dir)
 	}
-	fstype, err := mountType(dir)
+	info, err := mountAt(dir)
 	if err != nil {
 		return err
 	}
 	// A volume (a Kubernetes emptyDir, a bind mount) is a fine place to
 	// mount on: that is how a sidecar shares the dataset. Another FUSE
 	// filesystem there is a mistake (a second dataccel, s3fs).
-	if fstype == "fuse" || fstype == "fuseblk" || strings.HasPrefix(fstype, "fuse.") {
-		return fmt.Errorf("mountpoint %s is already a mount point of %s (unmount it first)", dir, fstype)
+	if isFUSE(info.fstype) {
+		return fmt.Errorf("mountpoint %s is already a mount point of %s (unmount it first)", dir, info.fstype)
 	}
 	return nil
 }
 
-// cleanStale detaches a FUSE mount at dir whose server is gone: the kernel
+// cleanStale detaches a FUSE mount at dir whose server is gone. The kernel
 // answers ENOTCONN for it (stat may still succeed from cached attributes,
-// statfs does not).
+// statfs does not). A server that died while a request was in flight can
+// also leave the connection hanging: every request then waits forever, so
+// the probe runs with a deadline, and a hung connection is aborted through
+// the fusectl filesystem before it is detached.
 func cleanStale(dir string) error {
-	var sfs syscall.Statfs_t
-	err := syscall.Statfs(dir, &sfs)
-	if !errors.Is(err, syscall.ENOTCONN) {
-		return nil
+	info, err := mountAt(dir)
+	if err != nil || info.fstype == "" || !isFUSE(info.fstype) {
+		return err
+	}
+	probe := make(chan error, 1)
+	go func() { // may block for good on a hung connection: it is left behind
+		var sfs syscall.Statfs_t
+		probe <- syscall.Statfs(dir, &sfs)
+	}()
+	select {
+	case err := <-probe:
+		if !errors.Is(err, syscall.ENOTCONN) {
+			return nil // a live mount: CheckMountpoint refuses it
+		}
+	case <-time.After(3 * time.Second):
+		if err := abortConnection(info.minor); err != nil {
+			return fmt.Errorf("mountpoint %s: FUSE mount hangs (its server is gone) and aborting it failed: %w", dir, err)
+		}
 	}
 	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
@@ -67,28 +84,47 @@ func cleanStale(dir string) error {
 	return nil
 }
 
-// IsMountpoint reports whether dir is listed in /proc/self/mountinfo.
-func IsMountpoint(dir string) (bool, error) {
-	fstype, err := mountType(dir)
-	return fstype != "", err
+// abortConnection aborts FUSE connection minor (fusectl's directory name
+// is the mount's device minor number), mounting fusectl if needed.
+func abortConnection(minor string) error {
+	const ctl = "/sys/fs/fuse/connections"
+	if _, err := os.Stat(filepath.Join(ctl, minor)); err != nil {
+		if err := syscall.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+	}
+	return os.WriteFile(filepath.Join(ctl, minor, "abort"), []byte("1"), 0o200)
 }
 
-// mountType returns the filesystem type of the mount whose mount point is
-// dir (the last one listed: the visible one), or "" when dir is none.
-func mountType(dir string) (string, error) {
+func isFUSE(fstype string) bool {
+	return fstype == "fuse" || fstype == "fuseblk" || strings.HasPrefix(fstype, "fuse.")
+}
+
+// IsMountpoint reports whether dir is listed in /proc/self/mountinfo.
+func IsMountpoint(dir string) (bool, error) {
+	info, err := mountAt(dir)
+	return info.fstype != "", err
+}
+
+// mountInfo is what /proc/self/mountinfo says of one mount point.
+type mountInfo struct {
+	fstype string // "" when dir is no mount point
+	minor  string // device minor number: the FUSE connection id
+}
+
+// mountAt reads the mount table without touching dir itself (which could
+// hang on a dead FUSE server). The last entry for dir is the visible one.
+func mountAt(dir string) (mountInfo, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", err
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
+		return mountInfo{}, err
 	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", fmt.Errorf("read mount table: %w", err)
+		return mountInfo{}, fmt.Errorf("read mount table: %w", err)
 	}
 	defer f.Close()
-	fstype := ""
+	var info mountInfo
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -97,15 +133,18 @@ func mountType(dir string) (string, error) {
 		if len(fields) < 5 || unescapeMountinfo(fields[4]) != abs {
 			continue
 		}
-		fstype = "unknown"
+		info = mountInfo{fstype: "unknown"}
+		if _, minor, ok := strings.Cut(fields[2], ":"); ok {
+			info.minor = minor
+		}
 		for i, f := range fields {
 			if f == "-" && i+1 < len(fields) {
-				fstype = fields[i+1]
+				info.fstype = fields[i+1]
 				break
 			}
 		}
 	}
-	return fstype, sc.Err()
+	return info, sc.Err()
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).

@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/internal/testenv"
 )
 
@@ -196,10 +195,12 @@ func TestKillAndRestart(t *testing.T) {
 	mnt := t.TempDir()
 	mount := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, src, mnt)
 	mount.Env = env
+	var logs syncBuffer
+	mount.Stderr = &logs
 	if err := mount.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, func() bool { ok, _ := fuse.IsMountpoint(mnt); return ok })
+	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
 	var read atomic.Int64
 	stopReads := make(chan struct{})
 	var wg sync.WaitGroup
