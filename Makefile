@@ -35,3 +35,7 @@ bench: deps
 
 clean:
 	rm -rf bin .demo
+
+# dataccel beside s3fs and rclone on one dataset behind a 10 ms round trip (see bench/RESULTS.md).
+compare: build
+	./bench/compare.sh

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# compare.sh: dataccel beside the peers users would otherwise pick, in one run, on one dataset:
+# a local S3 server (versitygw) behind an emulated round trip, an ImageNet-like dataset, then
+#   A. cold and warm epochs, shuffled, no announcement, READERS readers, measured with
+#      `dataccel bench run` over every mount in turn (A B A B), beside direct GETs (the network
+#      ceiling) and the server's backing files on local disk;
+#   B. a cold epoch through a fresh dataccel mount with the order announced, beside direct GETs;
+#   C. listing a 10,000-file directory on fresh mounts;
+#   D. peak RSS of the dataccel mount process.
+# Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
+# --use-server-modtime (its best configuration). Writes $OUT/{A,B}.json, $OUT/report.html,
+# $OUT/summary.json and prints the table and the ratios.
+# Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
+FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
+[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
+BIN=$ROOT/bin/dataccel
+mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-*
+say() { printf '\n== %s\n' "$*"; }
+
+say "install peers and tools"
+"$PEERS/install.sh"
+command -v jq >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null; }
+make -s build
+
+. "$PEERS/lib.sh"
+MOUNT_PIDS=()
+cleanup() {
+  for m in "$OUT"/mnt-*; do mountpoint -q "$m" 2>/dev/null && { fusermount3 -u "$m" 2>/dev/null || umount -l "$m"; }; done
+  for p in "${MOUNT_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$PEERS/s3-down.sh" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+say "S3 server behind a ${RTT_MS} ms round trip"
+"$PEERS/s3-up.sh" --latency-ms "$RTT_MS" >/dev/null
+load_env
+export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY AWS_REGION=$S3_REGION
+
+say "dataset: $FILES ImageNet-like files (mean ~110 KB) and a 10,000-file directory"
+have=$(s3tool stat -prefix train/ | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
+if [[ $have != "$FILES" ]]; then
+  [[ $have == 0 ]] || s3tool rm -prefix train/
+  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/train" -n "$FILES" --classes 100
+fi
+have=$(s3tool stat -prefix flat10k/ | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
+if [[ $have != 10000 ]]; then
+  [[ $have == 0 ]] || s3tool rm -prefix flat10k/
+  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/flat10k" -n 10000 --classes 1 \
+    --mean-size 2000 --min-size 1000 --max-size 4000
+fi
+BYTES=$(s3tool stat -prefix train/ | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# cold for the clients, warm for the server: drop all caches, then re-read the backing files.
+server_warm() { drop_caches; find "$S3_ROOT" -type f -print0 | xargs -0 -P4 -n64 cat >/dev/null; }
+
+DC_PID=
+mount_dataccel() { # MNT CACHE_DIR [extra flags]
+  local mnt=$1 cache=$2; shift 2
+  mkdir -p "$mnt"; rm -rf "$cache"
+  "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB "$@" "s3://$S3_BUCKET" "$mnt" \
+    2>"$OUT/$(basename "$mnt").log" &
+  DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
+  wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$OUT/$(basename "$mnt").log"
+}
+umount_dataccel() { # MNT
+  kill "$DC_PID"; wait "$DC_PID" 2>/dev/null || true
+}
+mount_peer() { # KIND MNT
+  RCLONE_OPTS="--use-server-modtime" "$PEERS/mount-peer.sh" "$1" "$2" >/dev/null
+}
+
+RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch 32 --compute-per-sample 0 --order shuffle --seed 7
+  --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
+
+say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk"
+server_warm
+mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
+mount_peer s3fs "$OUT/mnt-s3fs"
+mount_peer rclone-full "$OUT/mnt-rclone"
+"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --json "$OUT/A.json" --html "$OUT/report.html" \
+  "$OUT/mnt-dataccel/train" "$OUT/mnt-s3fs/train" "$OUT/mnt-rclone/train" "s3://$S3_BUCKET/train" "$S3_ROOT/train"
+RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status")
+umount_dataccel "$OUT/mnt-dataccel"
+"$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
+"$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+
+say "B. cold epoch with the order announced: a fresh dataccel mount beside direct GETs"
+server_warm
+mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
+"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --announce --json "$OUT/B.json" \
+  "$OUT/mnt-dataccel/train" "s3://$S3_BUCKET/train"
+umount_dataccel "$OUT/mnt-dataccel"
+
+say "C. listing a 10,000-file directory on fresh mounts"
+list_time() { # DIR -> seconds
+  local t0=$EPOCHREALTIME n
+  n=$(ls -f "$1" | wc -l)
+  [[ $n -ge 10000 ]] || { echo "listing $1 gave $n entries" >&2; exit 1; }
+  awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }"
+}
+FLAT=flat10k/c000
+server_warm
+mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-C" --manifest off
+LIST_DC=$(list_time "$OUT/mnt-dataccel/$FLAT"); umount_dataccel "$OUT/mnt-dataccel"
+mount_peer s3fs "$OUT/mnt-s3fs"; LIST_S3FS=$(list_time "$OUT/mnt-s3fs/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
+mount_peer rclone-full "$OUT/mnt-rclone"; LIST_RC=$(list_time "$OUT/mnt-rclone/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+
+say "summary"
+jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
+  --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
+  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" '
+  def ep($p; $i): $p.epochs[$i].wall_s;
+  ($a[0].paths) as $A | ($b[0].paths) as $B |
+  { dataset: {files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber)},
+    cold_s: {dataccel: ep($A[0];0), s3fs: ep($A[1];0), rclone: ep($A[2];0), direct: ep($A[3];0), local: ep($A[4];0)},
+    warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
+    announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
+    list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
+    dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
+  | .targets = {
+      "cold, no announcement: x the faster peer (>= 3)": ([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel,
+      "cold, announced: x s3fs cold (>= 10)": .cold_s.s3fs / .announced_cold_s.dataccel,
+      "cold, announced: x direct-GET ceiling (>= 0.67)": .announced_cold_s.direct / .announced_cold_s.dataccel,
+      "warm: x local-disk re-read (>= 0.9)": .warm_s.local / .warm_s.dataccel,
+      "listing 10k: x s3fs (>= 10)": .list_10k_s.s3fs / .list_10k_s.dataccel,
+      "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib) }' > "$OUT/summary.json"
+jq -r '
+  "files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
+  "seconds (files/s)      cold              warm",
+  (["dataccel","s3fs","rclone","direct","local"][] as $k |
+    "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),
+  "dataccel announced     \(.announced_cold_s.dataccel*100|round/100) (\(.dataset.files/.announced_cold_s.dataccel|round)); direct GETs beside it \(.announced_cold_s.direct*100|round/100)",
+  "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
+  "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)\n",
+  (.targets | to_entries[] | "\(.key): \(.value*100|round/100)")' "$OUT/summary.json"
+echo; echo "JSON: $OUT/A.json $OUT/B.json $OUT/summary.json   HTML: $OUT/report.html"
