@@ -103,7 +103,7 @@ list_time() { # DIR -> seconds
   [[ $n -ge 10000 ]] || { echo "listing $1 gave $n entries" >&2; exit 1; }
   awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }"
 }
-FLAT=flat10k/c000
+FLAT=flat10k/$(ls "$S3_ROOT/flat10k" | head -n 1)
 server_warm
 mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-C" --manifest off
 LIST_DC=$(list_time "$OUT/mnt-dataccel/$FLAT"); umount_dataccel "$OUT/mnt-dataccel"

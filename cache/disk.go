@@ -561,3 +561,12 @@ func (d *Disk) loadState() {
 		binary.LittleEndian.Uint64(buf[len(stateMagic)+8:]))
 	d.mu.Unlock()
 }
+
+// Contains reports whether k has an entry, from the index alone: no file is
+// read and the eviction policy does not count it as an access.
+func (d *Disk) Contains(k Key) bool {
+	id := keyHash(k)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.policy.Contains(id)
+}

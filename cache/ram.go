@@ -79,3 +79,9 @@ func (r *RAM) Flush() { r.c.Wait() }
 
 // Close releases the cache; the RAM tier must not be used afterwards.
 func (r *RAM) Close() { r.c.Close() }
+
+// Contains reports whether k is cached, without counting a hit or a miss.
+func (r *RAM) Contains(k Key) bool {
+	e, ok := r.c.Get(ramKey(k))
+	return ok && e != nil && e.key == k
+}

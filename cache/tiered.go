@@ -88,3 +88,18 @@ func (t *Tiered) Flush() {
 		}
 	}
 }
+
+// container is implemented by tiers that can say cheaply whether they hold a
+// block, without reading it (a disk tier would read and verify the file).
+type container interface{ Contains(Key) bool }
+
+// Contains reports whether some tier holds k, without reading it or
+// counting an access. A block it reports may still be dropped before a Get.
+func (t *Tiered) Contains(k Key) bool {
+	for _, x := range []Tier{t.ram, t.disk} {
+		if c, ok := x.(container); ok && c.Contains(k) {
+			return true
+		}
+	}
+	return false
+}

@@ -86,6 +86,10 @@ func newFS(cfg Config) *FS {
 // order, from cached listings only (for directory-order prefetch).
 func (f *FS) Next(key string, n int) []store.Object { return f.ns.next(key, n) }
 
+// Files returns the files directly in dir (a key prefix ending in "/"),
+// from cached listings only.
+func (f *FS) Files(dir string) []store.Object { return f.ns.files(dir) }
+
 // Load installs a full listing of the mounted prefix (from a manifest or a
 // parallel listing): afterwards stat, readdir and open cost no request
 // until the metadata TTL passes.

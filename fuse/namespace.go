@@ -284,3 +284,20 @@ func splitKey(key string) (dir, name string) {
 	i := strings.LastIndexByte(key, '/')
 	return key[:i+1], key[i+1:]
 }
+
+// files returns the files directly in dir, from the cached listing only.
+func (ns *namespace) files(dir string) []store.Object {
+	ns.mu.Lock()
+	l := ns.dirs[dir]
+	ns.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	out := make([]store.Object, 0, len(l.entries))
+	for _, e := range l.entries {
+		if !e.dir {
+			out = append(out, e.obj)
+		}
+	}
+	return out
+}

@@ -13,6 +13,8 @@ import (
 // listing (key) order. It should answer from memory: it is called often.
 type Siblings interface {
 	Next(key string, n int) []store.Object
+	// Files returns every file directly in dir (a prefix ending in "/").
+	Files(dir string) []store.Object
 }
 
 // Bounds on the planner's own state, so a job walking millions of files in
@@ -43,6 +45,8 @@ type planner struct {
 	cum   []int64        // guarded by mu: cum[i] = prefetch bytes of order[:i]
 	index map[string]int // guarded by mu: key -> first index in order
 	pos   int            // guarded by mu: highest index opened (-1: none)
+	low   int            // guarded by mu: lowest index not opened
+	seen  []bool         // guarded by mu: seen[i]: order[i] was opened
 	next  int            // guarded by mu: next index to schedule
 	queue []store.Object // guarded by mu: directory-order files to fetch
 }
@@ -107,7 +111,8 @@ func (p *planner) announce(order []store.Object) {
 	p.mu.Lock()
 	p.epoch++
 	p.order, p.cum, p.index = order, cum, index
-	p.pos, p.next = -1, 0
+	p.seen = make([]bool, len(order))
+	p.pos, p.low, p.next = -1, 0, 0
 	p.mu.Unlock()
 	p.signal()
 }
@@ -116,11 +121,21 @@ func (p *planner) announce(order []store.Object) {
 // not in it, in its directory. It does no I/O (Siblings answers from memory),
 // and tracks directories in open order, which an asynchronous queue would
 // scramble.
-func (p *planner) opened(obj store.Object) {
+func (p *planner) opened(obj store.Object) Siblings {
 	p.mu.Lock()
 	i, announced := p.index[obj.Key]
 	if announced {
+		// Data-loader workers read several batches at once, so opens
+		// arrive out of order within a window of a few FileLeads; a jump
+		// further than that is a skip: what lies behind it is not read.
+		if i > p.pos+4*p.l.opts.FileLead {
+			p.low = i
+		}
 		p.pos = max(p.pos, i)
+		p.seen[i] = true
+		for p.low < len(p.seen) && p.seen[p.low] {
+			p.low++
+		}
 	}
 	sib := p.sib
 	p.mu.Unlock()
@@ -129,6 +144,7 @@ func (p *planner) opened(obj store.Object) {
 	} else if sib != nil {
 		p.dirEvent(sib, obj.Key)
 	}
+	return sib
 }
 
 // take returns the next file to fetch.
@@ -140,12 +156,18 @@ func (p *planner) take() (j job, ok bool) {
 			p.signal() // there may be more: wake another worker
 		}
 	}()
-	// Follow the reader when it skips ahead; stay within FileLead files and
-	// ByteLead bytes past its position (always at least one file).
-	start := max(p.next, p.pos+1)
+	// Fetch every file not yet opened from the lowest unread one on: files
+	// between it and the furthest reader are the other workers' batches.
+	// Past the furthest reader, stay within FileLead files and ByteLead
+	// bytes (always at least one file).
+	start := max(p.next, p.low)
+	for start < len(p.order) && p.seen[start] {
+		start++
+	}
+	front := p.pos + 1
 	lead := p.l.opts
-	if start < len(p.order) && start-(p.pos+1) < lead.FileLead &&
-		(start == p.pos+1 || p.cum[start+1]-p.cum[p.pos+1] <= lead.ByteLead) {
+	if start < len(p.order) && (start <= front ||
+		start-front < lead.FileLead && p.cum[start+1]-p.cum[front] <= lead.ByteLead) {
 		p.next = start + 1
 		return job{obj: p.order[start], epoch: p.epoch, idx: start}, true
 	}
@@ -170,7 +192,7 @@ func (p *planner) relevant(j job) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return j.epoch == p.epoch && j.idx > p.pos
+	return j.epoch == p.epoch && !p.seen[j.idx] && j.idx >= p.low
 }
 
 func (p *planner) worker() {
@@ -206,7 +228,7 @@ func (p *planner) fetchFile(j job) {
 				return
 			}
 			room := l.mem.released()
-			f, res := l.startPrefetch(j.obj, b, true, func() bool { return p.relevant(j) })
+			f, res := l.startPrefetch(j.obj, b, true, false, func() bool { return p.relevant(j) })
 			if res == pfStarted {
 				select {
 				case <-f.done:

@@ -256,6 +256,16 @@ func (d dirSiblings) Next(key string, n int) []store.Object {
 	return d.objs[i:min(i+n, len(d.objs))]
 }
 
+func (d dirSiblings) Files(dir string) []store.Object {
+	var out []store.Object
+	for _, o := range d.objs {
+		if parentOf(o.Key) == dir {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // newTestLoader builds a loader closed at the end of the test.
 func newTestLoader(t testing.TB, st store.Store, tier cache.Tier, opts Options) *Loader {
 	t.Helper()

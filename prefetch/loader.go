@@ -50,7 +50,9 @@ type Options struct {
 	// CrossFile turns on prefetch of the next files (directory or announced order).
 	CrossFile bool
 	// FileLead and ByteLead bound how far cross-file prefetch runs ahead of
-	// the reader (64 files, MemoryBudget/2 bytes).
+	// the furthest reader (256 files, MemoryBudget/2 bytes). Four FileLeads
+	// is also the spread of out-of-order opens (parallel data-loader
+	// workers) below which a jump ahead is not taken for a skip.
 	FileLead int
 	ByteLead int64
 	// FileBlocks is how many leading blocks of a large file cross-file
@@ -65,6 +67,11 @@ type Options struct {
 	// prefetch when the budget is full (30 s); until then only a foreground
 	// read evicts it.
 	ReadyTTL time.Duration
+	// SweepBytes: once two files of a directory are opened, the rest of it
+	// is fetched into the cache tier, up to this many bytes in all (0: off).
+	// Set it to what the cache can keep: an epoch reads every file once, so
+	// with a shuffled order nobody announced this is what hides latency.
+	SweepBytes int64
 	// Siblings gives directory listing order; nil disables directory-order
 	// prefetch. It can also be set later with SetSiblings.
 	Siblings Siblings
@@ -89,7 +96,7 @@ func (o Options) withDefaults() Options {
 		o.ReadAhead = 8
 	}
 	if o.FileLead <= 0 {
-		o.FileLead = 64
+		o.FileLead = 256
 	}
 	if o.ByteLead <= 0 {
 		o.ByteLead = o.MemoryBudget / 2
@@ -138,6 +145,7 @@ type Loader struct {
 	gets      chan struct{} // global GET slots
 	pgets     chan struct{} // the share of slots prefetch may use
 	plan      *planner      // nil unless CrossFile
+	sweep     *sweeper      // nil unless CrossFile
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
 
 	mu       sync.Mutex
@@ -156,6 +164,7 @@ type flight struct {
 	obj      store.Object
 	n        int64 // block length
 	prefetch bool  // started by prefetch, not by a read
+	toCache  bool  // set before the fetch starts: land in the tier, not the ready map
 	done     chan struct{}
 	data     []byte // set before done is closed
 	err      error  // set before done is closed
@@ -190,6 +199,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
 		l.plan.start()
+		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}}
 	}
 	return l
 }
@@ -215,7 +225,10 @@ func (l *Loader) Close() error {
 // prefetcher where the reader is. Open does no I/O.
 func (l *Loader) Open(obj store.Object) Reader {
 	if l.plan != nil {
-		l.plan.opened(obj)
+		sib := l.plan.opened(obj)
+		if l.tier != nil && l.opts.SweepBytes > 0 {
+			l.sweep.opened(sib, obj)
+		}
 	}
 	return &reader{l: l, obj: obj, issued: -1}
 }
@@ -495,7 +508,7 @@ func (l *Loader) run(f *flight) {
 	delete(l.flights, f.key)
 	if f.prefetch {
 		l.pflights--
-		if err == nil && !f.used {
+		if err == nil && !f.used && !f.toCache {
 			l.keepReadyLocked(f)
 			if f.elem == nil {
 				l.stats.PrefetchWasted.Add(1)
@@ -596,7 +609,11 @@ const (
 // wanted, when not nil, is asked under l.mu just before the fetch is
 // registered: a reader registers its own fetch under l.mu too, so a file the
 // reader has reached is never fetched a second time by prefetch.
-func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, wanted func() bool) (*flight, pfResult) {
+//
+// With toCache the fetched block goes to the cache tier only, not to the
+// ready map (where it would hold budget until read): the sweep fetches far
+// more than the budget, and the tier is where it must land.
+func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wanted func() bool) (*flight, pfResult) {
 	k := key(obj, i)
 	l.mu.Lock()
 	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
@@ -628,6 +645,7 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, wanted func
 		return nil, pfPresent
 	}
 	f := l.newFlightLocked(obj, i, n, true)
+	f.toCache = toCache && l.tier != nil
 	if hold {
 		f.refs++
 	}

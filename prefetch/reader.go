@@ -67,7 +67,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// against each other on the budget. The later blocks of a read spanning
 	// several start at once as prefetch, so their GETs still overlap.
 	for b := first + 1; b <= last; b++ {
-		l.startPrefetch(r.obj, b, false, nil)
+		l.startPrefetch(r.obj, b, false, false, nil)
 	}
 	r.readAhead(off, end, last)
 
@@ -122,7 +122,7 @@ func (r *reader) readAhead(off, end, last int64) {
 
 	done := int64(-1)
 	for b := from; b <= to; b++ {
-		if _, res := l.startPrefetch(r.obj, b, false, nil); res == pfNoRoom {
+		if _, res := l.startPrefetch(r.obj, b, false, false, nil); res == pfNoRoom {
 			break
 		}
 		done = b

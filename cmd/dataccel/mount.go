@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +51,7 @@ type mountFlags struct {
 
 	httpAddr  string
 	readyFile string
+	pprofAddr string
 }
 
 func (f *mountFlags) register(cmd *cobra.Command) {
@@ -79,6 +82,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")
+	fl.StringVar(&f.pprofAddr, "pprof", "", "serve Go profiles (/debug/pprof/) on this address, for performance work")
 }
 
 func newMountCmd(logger *slog.Logger) *cobra.Command {
@@ -238,8 +242,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		MaxInflight:  f.maxInflight,
 		MemoryBudget: p.prefetchMem,
 		CrossFile:    p.crossFile,
-		Logger:       logger,
-		Stats:        &stats.prefetch,
+		// An epoch reads every file once: fetch the rest of the directories
+		// being read, as far as the cache can keep them.
+		SweepBytes: max(p.cacheBytes, p.ramBytes) / 10 * 9,
+		Logger:     logger,
+		Stats:      &stats.prefetch,
 	})
 	defer loader.Close()
 
@@ -313,6 +320,14 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644)
 		defer os.Remove(rec)
 	}
+	if f.pprofAddr != "" {
+		go func() {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			logger.Warn("pprof server stopped", "err", http.ListenAndServe(f.pprofAddr, mux))
+		}()
+	}
 	if f.readyFile != "" {
 		if err := os.WriteFile(f.readyFile, []byte(m.Dir+"\n"), 0o644); err != nil {
 			logger.Warn("ready file not written", "path", f.readyFile, "err", err)
@@ -353,6 +368,10 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		opts := cache.DefaultDiskOptions(f.cacheDir, p.cacheBytes)
 		opts.Compress = f.cacheCompress
 		opts.MinFreeFraction = p.minFree
+		// Room for a burst of prefetched blocks (the sweep fetches at full
+		// parallelism), within the prefetch memory budget.
+		opts.QueueLen = int(max(64, min(1024, p.prefetchMem/p.blockSize*8)))
+		opts.Writers = 4
 		opts.Logger = logger
 		opts.Stats = stats
 		d, err := cache.NewDisk(opts)

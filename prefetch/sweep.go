@@ -1,0 +1,142 @@
+package prefetch
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// sweepAfter is how many files of one directory must be opened before the
+// rest of it is fetched: a shuffled epoch soon spreads its reads over every
+// directory of the dataset, while a listing (ls, find) opens none and a job
+// that reads one subtree never touches the others.
+const sweepAfter = 2
+
+// sweeper fetches the rest of each directory whose files are being read,
+// into the cache tier, up to Options.SweepBytes in all. An epoch reads every file of the dataset once; when
+// the order is unknown (a shuffle nobody announced) but the set is known
+// and fits the cache, fetching it at full parallelism turns a latency-bound
+// epoch (one round trip per file per reader) into a bandwidth-bound one.
+type sweeper struct {
+	l *Loader
+
+	mu      sync.Mutex
+	dirs    map[string]*sweepDir // guarded by mu
+	queue   []store.Object       // guarded by mu: files to fetch, in order
+	bytes   int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
+	running int                  // guarded by mu: workers alive
+}
+
+type sweepDir struct {
+	opens  int
+	queued bool
+}
+
+// maxSweepDirs bounds the directories tracked (ImageNet has 1,000).
+const maxSweepDirs = 1 << 16
+
+func parentOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1] }
+
+// opened counts an open in the file's directory and, once enough of it is
+// being read, queues the rest of it while the sweep stays within SweepBytes.
+func (s *sweeper) opened(sib Siblings, obj store.Object) {
+	dir := parentOf(obj.Key)
+	s.mu.Lock()
+	d := s.dirs[dir]
+	if d == nil {
+		if len(s.dirs) >= maxSweepDirs {
+			s.mu.Unlock()
+			return
+		}
+		d = &sweepDir{}
+		s.dirs[dir] = d
+	}
+	if d.queued {
+		s.mu.Unlock()
+		return
+	}
+	if d.opens++; d.opens < sweepAfter || sib == nil {
+		s.mu.Unlock()
+		return
+	}
+	d.queued = true
+	s.mu.Unlock()
+
+	files := sib.Files(dir) // from memory, outside the lock
+	var size int64
+	for _, f := range files {
+		size += f.Size
+	}
+	s.mu.Lock()
+	if s.bytes+size > s.l.opts.SweepBytes {
+		s.mu.Unlock()
+		return // the cache could not keep it: fetching would only evict
+	}
+	s.bytes += size
+	s.queue = append(s.queue, files...)
+	start := s.workers() - s.running
+	s.running += start
+	s.mu.Unlock()
+	for range start {
+		s.l.wg.Add(1)
+		go s.worker()
+	}
+}
+
+func (s *sweeper) take() (store.Object, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 || s.l.ctx.Err() != nil {
+		s.running--
+		return store.Object{}, false
+	}
+	o := s.queue[0]
+	s.queue = s.queue[1:]
+	return o, true
+}
+
+func (s *sweeper) worker() {
+	defer s.l.wg.Done()
+	l := s.l
+	c, _ := l.tier.(interface{ Contains(cache.Key) bool })
+	for {
+		obj, ok := s.take()
+		if !ok {
+			return
+		}
+		for b := int64(0); b < l.numBlocks(obj); b++ {
+			if c != nil && c.Contains(key(obj, b)) {
+				continue // cached by an earlier epoch or mount: no read, no GET
+			}
+			for l.ctx.Err() == nil {
+				f, res := l.startPrefetch(obj, b, true, true, nil)
+				if res == pfStarted {
+					select {
+					case <-f.done:
+					case <-l.ctx.Done():
+					}
+					l.unhold(f)
+					break
+				}
+				if res == pfPresent {
+					break
+				}
+				// No budget or slots now: the readers come first.
+				t := time.NewTimer(10 * time.Millisecond)
+				select {
+				case <-t.C:
+				case <-l.ctx.Done():
+				}
+				t.Stop()
+			}
+		}
+	}
+}
+
+// workers is the sweep's share of the store. Measured on a loaded
+// 2-core server: half the slots beat both a quarter (too little in flight)
+// and all prefetch slots (readers' own GETs queue behind the sweep).
+func (s *sweeper) workers() int { return max(1, s.l.opts.MaxInflight/2) }
