@@ -123,11 +123,11 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
     list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
   | .targets = {
-      "cold, no announcement: x the faster peer (>= 3)": ([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel,
-      "cold, announced: x s3fs cold (>= 10)": .cold_s.s3fs / .announced_cold_s.dataccel,
-      "cold, announced: x direct-GET ceiling (>= 0.67)": .announced_cold_s.direct / .announced_cold_s.dataccel,
-      "warm: x local-disk re-read (>= 0.9)": .warm_s.local / .warm_s.dataccel,
-      "listing 10k: x s3fs (>= 10)": .list_10k_s.s3fs / .list_10k_s.dataccel,
+      "cold, no announcement: x the faster peer (>= 3)": (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel),
+      "cold, announced: x s3fs cold (>= 10)": (.cold_s.s3fs / .announced_cold_s.dataccel),
+      "cold, announced: x direct-GET ceiling (>= 0.67)": (.announced_cold_s.direct / .announced_cold_s.dataccel),
+      "warm: x local-disk re-read (>= 0.9)": (.warm_s.local / .warm_s.dataccel),
+      "listing 10k: x s3fs (>= 10)": (.list_10k_s.s3fs / .list_10k_s.dataccel),
       "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib) }' > "$OUT/summary.json"
 jq -r '
   "files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
