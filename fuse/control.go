@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
@@ -83,16 +84,29 @@ func (c *ctlDir) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) 
 }
 
 // announceFile is MOUNT/.dataccel/prefetch: a job writes the paths of its
-// next epoch, one per line relative to the mount, and closes the file.
+// next epoch, one per line relative to the mount, from offset 0. Opens and
+// closes reach this process no more (see fileNode), so the list is taken
+// once writes pause for announceQuiet; a later write continuing the same
+// list (a slow writer) announces the longer list again.
 type announceFile struct {
 	gofs.Inode
 	fsys *FS
+
+	mu    sync.Mutex
+	buf   bytes.Buffer // guarded by mu
+	timer *time.Timer  // guarded by mu
 }
+
+// announceQuiet is the pause after the last write that ends a list.
+const announceQuiet = 30 * time.Millisecond
 
 var (
 	_ gofs.NodeOpener    = (*announceFile)(nil)
 	_ gofs.NodeGetattrer = (*announceFile)(nil)
 	_ gofs.NodeSetattrer = (*announceFile)(nil)
+	_ gofs.NodeWriter    = (*announceFile)(nil)
+	_ gofs.NodeWritever  = (*announceFile)(nil)
+	_ gofs.NodeReader    = (*announceFile)(nil)
 )
 
 func (a *announceFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
@@ -110,55 +124,48 @@ func (a *announceFile) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofus
 	return a.Getattr(ctx, nil, out)
 }
 
+// Open: no per-open state (see fileNode.Open).
 func (a *announceFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	return &announceHandle{fsys: a.fsys}, gofuse.FOPEN_DIRECT_IO, 0
+	return nil, 0, syscall.ENOSYS
 }
 
-type announceHandle struct {
-	fsys *FS
-	mu   sync.Mutex
-	buf  bytes.Buffer // guarded by mu
-	done bool         // guarded by mu
-}
-
-var (
-	_ gofs.FileWriter  = (*announceHandle)(nil)
-	_ gofs.FileFlusher = (*announceHandle)(nil)
-	_ gofs.FileReader  = (*announceHandle)(nil)
-)
-
-func (h *announceHandle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+func (a *announceFile) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
 	return gofuse.ReadResultData(nil), 0
 }
 
-func (h *announceHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if off != int64(h.buf.Len()) {
+func (a *announceFile) Writev(ctx context.Context, f gofs.FileHandle, data [][]byte, off int64) (uint32, syscall.Errno) {
+	return a.Write(ctx, f, bytes.Join(data, nil), off)
+}
+
+func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if off == 0 {
+		a.buf.Reset() // a new list
+	}
+	if off != int64(a.buf.Len()) {
 		return 0, syscall.EINVAL // the list is written front to back
 	}
-	if h.buf.Len()+len(data) > maxAnnounceBytes {
+	if a.buf.Len()+len(data) > maxAnnounceBytes {
 		return 0, syscall.EFBIG
 	}
-	h.buf.Write(data)
+	a.buf.Write(data)
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	list := bytes.Clone(a.buf.Bytes())
+	a.timer = time.AfterFunc(announceQuiet, func() { a.announce(list) })
 	return uint32(len(data)), 0
 }
 
-// Flush runs on close(2): the list is parsed and announced there, so a bad
-// list fails the writer's close rather than vanishing.
-func (h *announceHandle) Flush(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	if h.done || h.buf.Len() == 0 {
-		h.mu.Unlock()
-		return 0
+// announce runs on its own goroutine with its own deadline: the writer has
+// gone by now, so a failure can only be logged.
+func (a *announceFile) announce(list []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := a.fsys.Announce(ctx, list); err != nil {
+		a.fsys.log.Warn("announced order not applied", "err", err)
 	}
-	h.done = true
-	data := h.buf.Bytes()
-	h.mu.Unlock()
-	if err := h.fsys.Announce(ctx, data); err != nil {
-		return h.fsys.fail("announce", ControlDir+"/prefetch", err)
-	}
-	return 0
 }
 
 // Announce resolves a list of mount-relative paths (one per line) and
@@ -241,20 +248,41 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 }
 
 // statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.
+// Each read(2) asks for the attributes (timeout 0); a snapshot newer than
+// statsFresh is reused, so the size and the bytes of one read agree, and a
+// new one gets a new mtime, which makes the kernel drop the old pages.
 type statsFile struct {
 	gofs.Inode
 	fsys *FS
+
+	mu   sync.Mutex
+	data []byte    // guarded by mu
+	at   time.Time // guarded by mu
 }
+
+const statsFresh = 200 * time.Millisecond
 
 var (
 	_ gofs.NodeOpener    = (*statsFile)(nil)
 	_ gofs.NodeGetattrer = (*statsFile)(nil)
+	_ gofs.NodeReader    = (*statsFile)(nil)
 )
 
+func (s *statsFile) snapshot() ([]byte, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil || time.Since(s.at) > statsFresh {
+		s.data, s.at = s.fsys.cfg.Control.Stats(), time.Now()
+	}
+	return s.data, s.at
+}
+
 func (s *statsFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	data, at := s.snapshot()
 	out.Mode = syscall.S_IFREG | 0o444
 	out.Nlink = 1
-	out.Size = uint64(len(s.fsys.cfg.Control.Stats()))
+	out.Size = uint64(len(data))
+	out.SetTimes(nil, &at, &at)
 	out.Owner = gofuse.Owner{Uid: s.fsys.cfg.UID, Gid: s.fsys.cfg.GID}
 	return 0
 }
@@ -263,15 +291,13 @@ func (s *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS
 	}
-	return &bytesHandle{data: s.fsys.cfg.Control.Stats()}, gofuse.FOPEN_DIRECT_IO, 0
+	return nil, 0, syscall.ENOSYS // see fileNode.Open
 }
 
-// bytesHandle serves a snapshot taken at open.
-type bytesHandle struct{ data []byte }
-
-func (b *bytesHandle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
-	if off >= int64(len(b.data)) {
+func (s *statsFile) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	data, _ := s.snapshot()
+	if off >= int64(len(data)) {
 		return gofuse.ReadResultData(nil), 0
 	}
-	return gofuse.ReadResultData(b.data[off:min(int64(len(b.data)), off+int64(len(dest)))]), 0
+	return gofuse.ReadResultData(data[off:min(int64(len(data)), off+int64(len(dest)))]), 0
 }

@@ -40,9 +40,14 @@ func TestAnnounce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), []byte(order), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctl.mu.Lock()
-	got := ctl.orders
-	ctl.mu.Unlock()
+	var got [][]store.Object
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		ctl.mu.Lock()
+		got = ctl.orders
+		ctl.mu.Unlock()
+	}
 	if len(got) != 1 {
 		t.Fatalf("%d announcements, want 1", len(got))
 	}

@@ -31,7 +31,7 @@ type Reader interface {
 	Close() error
 }
 
-// Opener makes a Reader for an object version (one per open handle).
+// Opener makes a Reader for an object version (one per pass over a file).
 type Opener interface {
 	Open(obj store.Object) Reader
 }
@@ -102,6 +102,9 @@ func inoOf(key string) uint64 {
 	return h.Sum64() | 2
 }
 
+// fileIno numbers one version of an object.
+func fileIno(o store.Object) uint64 { return inoOf(o.Key + "\x00" + o.ETag) }
+
 func (f *FS) dirAttr(out *gofuse.Attr) {
 	out.Mode = syscall.S_IFDIR | 0o555
 	out.Nlink = 2
@@ -170,13 +173,13 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 		return d.NewInode(ctx, &dirNode{fsys: d.fsys, key: key}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Ino}), 0
 	}
 	d.fsys.fileAttr(e.obj, &out.Attr)
-	out.Ino = inoOf(e.obj.Key)
+	out.Ino = fileIno(e.obj)
 	if ch := d.GetChild(name); ch != nil {
-		if fn, isFile := ch.Operations().(*fileNode); isFile {
-			fn.setObject(e.obj)
+		if fn, isFile := ch.Operations().(*fileNode); isFile && fn.obj.ETag == e.obj.ETag {
 			return ch, 0
 		}
 	}
+	// A new version is a new inode; the old one lives on for open files.
 	return d.NewInode(ctx, &fileNode{fsys: d.fsys, obj: e.obj}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
 }
 
@@ -205,126 +208,90 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 		if e.dir {
 			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFDIR, Ino: inoOf(d.key + e.name + "/")})
 		} else {
-			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFREG, Ino: inoOf(e.obj.Key)})
+			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFREG, Ino: fileIno(e.obj)})
 		}
 	}
 	return gofs.NewListDirStream(out), 0
 }
 
-// fileNode is one object. Its metadata follows the directory listing; each
-// open handle is pinned to the version it opened.
+// fileNode is one version of one object: its metadata never changes. A
+// lookup after the metadata TTL that finds a new ETag makes a new node (a
+// new inode, with an empty page cache), while files already open keep the
+// node, and so the version, they opened: a read never mixes versions.
+//
+// Opens cost no round trip: Open answers ENOSYS, which tells the kernel
+// (FUSE_NO_OPEN_SUPPORT) to stop sending OPEN, FLUSH is refused the same
+// way, and reads arrive without a file handle. A warm epoch then runs at
+// page-cache speed, with no request to this process per file.
 type fileNode struct {
 	gofs.Inode
 	readOnly
 	fsys *FS
+	obj  store.Object // immutable
 
-	mu       sync.Mutex
-	obj      store.Object // guarded by mu
-	openETag string       // guarded by mu; the version the kernel's page cache holds
+	mu sync.Mutex
+	r  Reader // guarded by mu: the reader of the latest pass over the file
 }
 
 var (
 	_ gofs.NodeGetattrer = (*fileNode)(nil)
 	_ gofs.NodeOpener    = (*fileNode)(nil)
+	_ gofs.NodeReader    = (*fileNode)(nil)
+	_ gofs.NodeWriter    = (*fileNode)(nil)
+	_ gofs.NodeFlusher   = (*fileNode)(nil)
 )
 
-func (n *fileNode) object() store.Object {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.obj
-}
-
-func (n *fileNode) setObject(o store.Object) {
-	n.mu.Lock()
-	n.obj = o
-	n.mu.Unlock()
-}
-
-// refresh re-reads the object's metadata from its directory listing (which
-// is re-listed only when older than the TTL).
-func (n *fileNode) refresh(ctx context.Context) (store.Object, error) {
-	cur := n.object()
-	dir, name := splitKey(cur.Key)
-	e, ok, err := n.fsys.ns.lookup(ctx, dir, name)
-	if err != nil {
-		return store.Object{}, err
-	}
-	if !ok || e.dir {
-		return store.Object{}, fmt.Errorf("open %q: %w", cur.Key, store.ErrNotExist)
-	}
-	n.setObject(e.obj)
-	return e.obj, nil
-}
-
-func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
-	if h, ok := fh.(*handle); ok {
-		n.fsys.fileAttr(h.obj, &out.Attr) // an open handle keeps its version's size
-		return 0
-	}
-	obj, err := n.refresh(ctx)
-	if err != nil {
-		return n.fsys.fail("getattr", n.object().Key, err)
-	}
-	n.fsys.fileAttr(obj, &out.Attr)
+func (n *fileNode) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	n.fsys.fileAttr(n.obj, &out.Attr)
 	return 0
 }
 
+// Open refuses writers and, for readers, asks the kernel never to send
+// OPEN again (ENOSYS on OPEN means "opens need no message").
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	obj, err := n.refresh(ctx)
-	if err != nil {
-		return nil, 0, n.fsys.fail("open", n.object().Key, err)
-	}
-	// Content under one ETag never changes, so the kernel may keep its page
-	// cache across opens, unless the version changed since the last open:
-	// then the kernel must drop what it holds of the old version.
+	return nil, 0, syscall.ENOSYS
+}
+
+// Flush has nothing to do on a read-only file: ENOSYS stops the kernel
+// from sending FLUSH on every close.
+func (n *fileNode) Flush(ctx context.Context, _ gofs.FileHandle) syscall.Errno { return syscall.ENOSYS }
+
+// Write is refused: with opens answered by the kernel alone, a file opened
+// for writing learns it here.
+func (n *fileNode) Write(ctx context.Context, _ gofs.FileHandle, _ []byte, _ int64) (uint32, syscall.Errno) {
+	return 0, syscall.EROFS
+}
+
+// reader returns the reader for a read at off. A read from offset 0 starts
+// a new pass over the file (an open, as far as prefetch can tell): it gets
+// a fresh reader, which also tells the prefetcher where the job is.
+func (n *fileNode) reader(off int64) Reader {
 	n.mu.Lock()
-	keep := n.openETag == obj.ETag
-	n.openETag = obj.ETag
-	n.mu.Unlock()
-	// Nothing to flush on a read-only file: NOFLUSH spares close(2) a
-	// round trip to this process.
-	fuseFlags := uint32(gofuse.FOPEN_NOFLUSH)
-	if keep {
-		fuseFlags |= gofuse.FOPEN_KEEP_CACHE
+	defer n.mu.Unlock()
+	if n.r == nil || off == 0 {
+		// The old reader holds no resources and may still serve a
+		// concurrent pass: it is dropped, not closed.
+		n.r = n.fsys.cfg.Opener.Open(n.obj)
 	}
-	return &handle{fsys: n.fsys, obj: obj, r: n.fsys.cfg.Opener.Open(obj)}, fuseFlags, 0
+	return n.r
 }
 
-// handle is one open file, pinned to one object version.
-type handle struct {
-	fsys *FS
-	obj  store.Object
-	r    Reader
-}
-
-var (
-	_ gofs.FileReader   = (*handle)(nil)
-	_ gofs.FileReleaser = (*handle)(nil)
-)
-
-func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
-	if off >= h.obj.Size {
+func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	if off >= n.obj.Size {
 		return gofuse.ReadResultData(nil), 0
 	}
-	n, err := h.r.ReadAt(ctx, dest, off)
+	got, err := n.reader(off).ReadAt(ctx, dest, off)
 	if errors.Is(err, store.ErrNotExist) {
-		// Deleted since the open: for this handle the file went stale.
+		// Deleted since it was listed: this version went stale.
 		err = fmt.Errorf("%w: deleted: %w", store.ErrChanged, err)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, h.fsys.fail("read", fmt.Sprintf("%s@%d", h.obj.Key, off), err)
+		return nil, n.fsys.fail("read", fmt.Sprintf("%s@%d", n.obj.Key, off), err)
 	}
-	return gofuse.ReadResultData(dest[:n]), 0
-}
-
-func (h *handle) Release(ctx context.Context) syscall.Errno {
-	if err := h.r.Close(); err != nil {
-		h.fsys.log.Debug("close reader", "key", h.obj.Key, "err", err)
-	}
-	return 0
+	return gofuse.ReadResultData(dest[:got]), 0
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.
@@ -337,4 +304,9 @@ func (f *FS) fail(op, what string, err error) syscall.Errno {
 		f.log.Warn(op+" failed", "path", what, "errno", e.Error(), "err", err)
 	}
 	return e
+}
+
+// Writev is refused like Write.
+func (n *fileNode) Writev(ctx context.Context, _ gofs.FileHandle, _ [][]byte, _ int64) (uint32, syscall.Errno) {
+	return 0, syscall.EROFS
 }

@@ -255,6 +255,10 @@ func TestErrnos(t *testing.T) {
 	testenv.Put(t, st, "d/file", []byte("hello"))
 	mnt := mountT(t, st, "", time.Hour)
 	p := func(s string) string { return filepath.Join(mnt, s) }
+	// A read first: from then on the kernel sends no OPEN.
+	if _, err := os.ReadFile(p("d/file")); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		op   func() error
@@ -262,9 +266,11 @@ func TestErrnos(t *testing.T) {
 	}{
 		{"stat missing", func() error { _, err := os.Stat(p("nope")); return err }, syscall.ENOENT},
 		{"open missing", func() error { _, err := os.Open(p("d/nope")); return err }, syscall.ENOENT},
-		{"write existing", func() error { return openClose(p("d/file"), os.O_WRONLY) }, syscall.EROFS},
+		{"write existing", func() error { return openWrite(p("d/file"), os.O_WRONLY) }, syscall.EROFS},
+		{"append", func() error { return openWrite(p("d/file"), os.O_WRONLY|os.O_APPEND) }, syscall.EROFS},
 		{"truncate", func() error { return os.Truncate(p("d/file"), 0) }, syscall.EROFS},
-		{"create", func() error { return openClose(p("d/new"), os.O_CREATE|os.O_WRONLY) }, syscall.EROFS},
+		{"create", func() error { return openWrite(p("d/new"), os.O_CREATE|os.O_WRONLY) }, syscall.EROFS},
+		{"truncating open", func() error { return openWrite(p("d/file"), os.O_WRONLY|os.O_TRUNC) }, syscall.EROFS},
 		{"mkdir", func() error { return os.Mkdir(p("d/sub"), 0o755) }, syscall.EROFS},
 		{"unlink", func() error { return os.Remove(p("d/file")) }, syscall.EROFS},
 		{"rmdir", func() error { return syscall.Rmdir(p("d")) }, syscall.EROFS},
@@ -284,14 +290,24 @@ func TestErrnos(t *testing.T) {
 	if b, err := os.ReadFile(p("d/file")); err != nil || string(b) != "hello" {
 		t.Fatalf("file changed or unreadable after the failed writes: %q %v", b, err)
 	}
+	// Once reads have taught the kernel that opens need no message, a
+	// writer is refused all the same.
+	if err := openWrite(p("d/file"), os.O_WRONLY); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write after reads: %v, want EROFS", err)
+	}
 }
 
-func openClose(p string, flag int) error {
+// openWrite opens p for writing and writes: opens cost no round trip to
+// the filesystem once the kernel knows it (FUSE_NO_OPEN_SUPPORT), so the
+// refusal may come at open or at the first write.
+func openWrite(p string, flag int) error {
 	f, err := os.OpenFile(p, flag, 0o644)
 	if err != nil {
 		return err
 	}
-	return f.Close()
+	defer f.Close()
+	_, err = f.Write([]byte("x"))
+	return err
 }
 
 // TestOverwrite replaces an object while a handle has it open: the handle

@@ -174,7 +174,8 @@ func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
 func (s *Store) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops minio-go's paging goroutine when fn returns early
-	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive}) {
+	noOwner := false // owners are not needed, and some servers look each one up
+	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive, FetchOwner: &noOwner}) {
 		if info.Err != nil {
 			return fmt.Errorf("list %q: %w", prefix, mapErr(info.Err))
 		}
