@@ -224,4 +224,3 @@ func s3Error(w http.ResponseWriter, status int, code, msg string) {
 	w.WriteHeader(status)
 	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>%s</Message></Error>`, code, msg)
 }
-

@@ -59,8 +59,8 @@ type Config struct {
 type Store struct {
 	client  *minio.Client
 	oneShot *minio.Client // same, without keep-alive
-	core   minio.Core
-	bucket string
+	core    minio.Core
+	bucket  string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -173,7 +173,7 @@ func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
 // delimiter listing reports common prefixes as keys ending in "/".
 func (s *Store) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // stops minio-go's paging goroutine when fn returns early
+	defer cancel()   // stops minio-go's paging goroutine when fn returns early
 	noOwner := false // owners are not needed, and some servers look each one up
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive, FetchOwner: &noOwner}) {
 		if info.Err != nil {
