@@ -6,7 +6,9 @@
 #      ceiling) and the server's backing files on local disk;
 #   B. a cold epoch through a fresh dataccel mount with the order announced, beside direct GETs;
 #   C. listing a 10,000-file directory on fresh mounts;
-#   D. peak RSS of the dataccel mount process.
+#   D. peak RSS of the dataccel mount process;
+#   E. dataccel alone with 4 readers: cold epochs with --prefetch off, in directory order,
+#      and in a shuffled order that is announced (the prefetch modes side by side).
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
 # --use-server-modtime (its best configuration). Writes $OUT/{A,B}.json, $OUT/report.html,
 # $OUT/summary.json and prints the table and the ratios.
@@ -97,8 +99,10 @@ mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
 umount_dataccel "$OUT/mnt-dataccel"
 
 say "C. listing a 10,000-file directory on fresh mounts"
-list_time() { # DIR -> seconds
-  local t0=$EPOCHREALTIME n
+list_time() { # DIR -> seconds, with the server's metadata warm (a listing of its own first)
+  local t0 n
+  s3tool stat -prefix "${1#*/mnt-*/}/" >/dev/null
+  t0=$EPOCHREALTIME
   n=$(ls -f "$1" | wc -l)
   [[ $n -ge 10000 ]] || { echo "listing $1 gave $n entries" >&2; exit 1; }
   awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }"
@@ -110,8 +114,22 @@ LIST_DC=$(list_time "$OUT/mnt-dataccel/$FLAT"); umount_dataccel "$OUT/mnt-datacc
 mount_peer s3fs "$OUT/mnt-s3fs"; LIST_S3FS=$(list_time "$OUT/mnt-s3fs/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
 mount_peer rclone-full "$OUT/mnt-rclone"; LIST_RC=$(list_time "$OUT/mnt-rclone/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
 
+say "E. prefetch modes, 4 readers, cold each: --prefetch off, directory order, announced shuffled order"
+E_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 4 --batch 32 --compute-per-sample 0 --seed 7 --no-probe --rtt "${RTT_MS}ms" -q --epochs 1)
+for mode in off dir announced; do
+  server_warm
+  case $mode in
+    off) mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-E" --prefetch off; extra=(--order shuffle) ;;
+    dir) mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-E"; extra=(--order dir) ;;
+    announced) mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-E"; extra=(--order shuffle --announce) ;;
+  esac
+  "$BIN" bench run "${E_FLAGS[@]}" "${extra[@]}" --json "$OUT/E-$mode.json" "$OUT/mnt-dataccel/train" >/dev/null
+  umount_dataccel "$OUT/mnt-dataccel"
+done
+
 say "summary"
 jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
+  --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" '
   def ep($p; $i): $p.epochs[$i].wall_s;
@@ -121,6 +139,7 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
     warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
     announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
     list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
+    prefetch_modes_4_readers_s: {off: ep($eoff[0].paths[0];0), dir_order: ep($edir[0].paths[0];0), announced: ep($eann[0].paths[0];0)},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
   | .targets = {
       "cold, no announcement: x the faster peer (>= 3)": (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel),
@@ -128,7 +147,8 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
       "cold, announced: x direct-GET ceiling (>= 0.67)": (.announced_cold_s.direct / .announced_cold_s.dataccel),
       "warm: x local-disk re-read (>= 0.9)": (.warm_s.local / .warm_s.dataccel),
       "listing 10k: x s3fs (>= 10)": (.list_10k_s.s3fs / .list_10k_s.dataccel),
-      "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib) }' > "$OUT/summary.json"
+      "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib),
+      "4 readers: announced x prefetch off (>= 3)": (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced) }' > "$OUT/summary.json"
 jq -r '
   "files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
   "seconds (files/s)      cold              warm",
@@ -136,6 +156,7 @@ jq -r '
     "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),
   "dataccel announced     \(.announced_cold_s.dataccel*100|round/100) (\(.dataset.files/.announced_cold_s.dataccel|round)); direct GETs beside it \(.announced_cold_s.direct*100|round/100)",
   "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
-  "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)\n",
+  "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
+  "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
   (.targets | to_entries[] | "\(.key): \(.value*100|round/100)")' "$OUT/summary.json"
 echo; echo "JSON: $OUT/A.json $OUT/B.json $OUT/summary.json   HTML: $OUT/report.html"
