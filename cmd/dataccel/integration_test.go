@@ -377,3 +377,41 @@ func TestStaleMountCleaned(t *testing.T) {
 		t.Fatalf("read after cleaning the stale mount: %q %v", b, err)
 	}
 }
+
+// TestHungMountCleaned: a mount whose server stops answering (here
+// SIGSTOPped) hangs every request; the next mount's check must not hang
+// with it: it aborts the connection and detaches the mount.
+func TestHungMountCleaned(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "f", []byte("y"))
+	mnt := t.TempDir()
+	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	var logs syncBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	cmd.Process.Signal(syscall.SIGSTOP)
+	defer cmd.Process.Signal(syscall.SIGCONT)
+
+	done := make(chan error, 1)
+	go func() { done <- fuse.CheckMountpoint(mnt) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("check of a hung mount: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the mountpoint check hung with the mount")
+	}
+	if m, _ := fuse.IsMountpoint(mnt); m {
+		t.Fatal("the hung mount is still mounted")
+	}
+	m := startMount(t, mnt, "--endpoint", srv.Endpoint, "s3://"+st.Bucket())
+	if b, err := os.ReadFile(filepath.Join(m.dir, "f")); err != nil || string(b) != "y" {
+		t.Fatalf("read after cleaning the hung mount: %q %v", b, err)
+	}
+}
