@@ -165,6 +165,8 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		fileLevel bool
 	}
 	states := make([]*pathState, len(sources))
+	var announceErr error
+	announced := 0
 	for i, src := range sources {
 		t0 := time.Now()
 		files, err := src.Files(ctx)
@@ -183,7 +185,13 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			if src.Kind() != "dir" {
 				cfg.Logger.Warn("announce applies to mounts only; skipped", "path", src.String())
 			} else if st.ctl, err = findAnnouncer(src.String()); err != nil {
-				return nil, fmt.Errorf("run: --announce: %w", err)
+				// Beside a mount, a plain directory (the local-disk
+				// reference) is read without an announcement; alone,
+				// asking to announce to it is a mistake.
+				announceErr = errors.Join(announceErr, err)
+				cfg.Logger.Warn("not a dataccel mount: read without announcing", "path", src.String())
+			} else {
+				announced++
 			}
 		}
 		var bytes int64
@@ -193,6 +201,9 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		states[i] = st
 		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files), Bytes: bytes,
 			Readers: st.readers, ListS: time.Since(t0).Seconds(), Epochs: []EpochResult{}})
+	}
+	if cfg.Announce && announced == 0 && announceErr != nil {
+		return nil, fmt.Errorf("run: --announce: %w", announceErr)
 	}
 	if err := probeBounds(ctx, cfg, res, sources); err != nil {
 		return nil, err

@@ -222,4 +222,13 @@ func TestAnnounce(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not inside a dataccel mount") {
 		t.Errorf("announce on a plain directory: err = %v", err)
 	}
+	// Beside a mount, a plain directory (the local-disk reference) is read
+	// without an announcement, and the mount still gets its order.
+	os.WriteFile(ctl, nil, 0o644)
+	if _, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 8, Epochs: 1, Seed: 9, Announce: true}, src, DirSource{Root: plain}); err != nil {
+		t.Fatalf("announce with a mount and a plain directory: %v", err)
+	}
+	if got, _ := os.ReadFile(ctl); len(got) == 0 {
+		t.Error("the mount's control file was not written when a plain directory ran beside it")
+	}
 }
