@@ -9,8 +9,8 @@ import (
 )
 
 // DirectOpener reads straight from the store, one ranged GET per read, with
-// no cache and no prefetch: the baseline the prefetch loader is measured
-// against, and a Reader with no moving parts for tests of this package.
+// no cache and no prefetch: a Reader with no moving parts for the tests of
+// this package (the mount uses the prefetch loader).
 type DirectOpener struct{ Store store.Store }
 
 // Open implements Opener.
