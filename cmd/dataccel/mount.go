@@ -401,7 +401,9 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 func refreshNamespace(ctx context.Context, logger *slog.Logger, st store.Store, fsys *fuse.FS, path, endpoint, bucket, prefix string) {
 	start := time.Now()
 	var objs []store.Object
-	err := store.ListAll(ctx, st, prefix, 32, func(o store.Object) error {
+	// A few LISTs in flight: this runs while the first epoch starts, and a
+	// listing costs the server far more than a GET (metadata of every key).
+	err := store.ListAll(ctx, st, prefix, 4, func(o store.Object) error {
 		objs = append(objs, o)
 		return nil
 	})
