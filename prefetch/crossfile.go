@@ -221,34 +221,45 @@ func (p *planner) worker() {
 // leave a hole in the lead that the reader then waits on.
 func (p *planner) fetchFile(j job) {
 	l := p.l
+	wanted := func() bool { return p.relevant(j) }
 	nb := min(l.numBlocks(j.obj), int64(l.opts.FileBlocks))
 	for b := int64(0); b < nb; b++ {
-		for {
-			if !p.relevant(j) || l.ctx.Err() != nil {
-				return
-			}
-			room := l.mem.released()
-			f, res := l.startPrefetch(j.obj, b, true, false, func() bool { return p.relevant(j) })
-			if res == pfStarted {
-				select {
-				case <-f.done:
-				case <-l.ctx.Done():
-				}
-				l.unhold(f)
-				break
-			}
-			if res == pfPresent {
-				break
-			}
-			// The slot cap is not signalled by the budget: poll it too.
-			t := time.NewTimer(20 * time.Millisecond)
+		if !l.fetchAhead(j.obj, b, false, wanted) {
+			return
+		}
+	}
+}
+
+// fetchAhead prefetches block b of obj and waits for it, waiting for room
+// (budget or a prefetch slot) when there is none: skipping would leave a
+// hole that the reader then waits on. It reports false when the block is no
+// longer wanted or the loader is closing.
+func (l *Loader) fetchAhead(obj store.Object, b int64, toCache bool, wanted func() bool) bool {
+	for {
+		if wanted != nil && !wanted() || l.ctx.Err() != nil {
+			return false
+		}
+		room := l.mem.released()
+		f, res := l.startPrefetch(obj, b, true, toCache, wanted)
+		switch res {
+		case pfStarted:
 			select {
-			case <-room:
-			case <-t.C:
+			case <-f.done:
 			case <-l.ctx.Done():
 			}
-			t.Stop()
+			l.unhold(f)
+			return true
+		case pfPresent:
+			return true
 		}
+		// The slot cap is not signalled by the budget: poll it too.
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-room:
+		case <-t.C:
+		case <-l.ctx.Done():
+		}
+		t.Stop()
 	}
 }
 

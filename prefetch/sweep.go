@@ -3,7 +3,6 @@ package prefetch
 import (
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
@@ -111,26 +110,8 @@ func (s *sweeper) worker() {
 			if c != nil && c.Contains(key(obj, b)) {
 				continue // cached by an earlier epoch or mount: no read, no GET
 			}
-			for l.ctx.Err() == nil {
-				f, res := l.startPrefetch(obj, b, true, true, nil)
-				if res == pfStarted {
-					select {
-					case <-f.done:
-					case <-l.ctx.Done():
-					}
-					l.unhold(f)
-					break
-				}
-				if res == pfPresent {
-					break
-				}
-				// No budget or slots now: the readers come first.
-				t := time.NewTimer(10 * time.Millisecond)
-				select {
-				case <-t.C:
-				case <-l.ctx.Done():
-				}
-				t.Stop()
+			if !l.fetchAhead(obj, b, true, nil) {
+				return // closing
 			}
 		}
 	}
