@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -28,7 +29,18 @@ import (
 
 var srv *testenv.Server
 
-func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &srv)) }
+func TestMain(m *testing.M) {
+	inProcessMounts()
+	os.Exit(testenv.Run(m, &srv))
+}
+
+// inProcessMounts leaves the runtime threads to serve a FUSE mount that
+// this same process reads from. Go registers each opened file with its
+// poller (epoll_ctl), which on a FUSE file waits for the server's answer
+// while holding a P; with GOMAXPROCS at 2 (this machine's cores) two such
+// opens can hold every P and leave none to answer them. dataccel itself
+// never reads its own mount: only tests do.
+func inProcessMounts() { runtime.GOMAXPROCS(max(16, runtime.NumCPU())) }
 
 // mountT mounts st's prefix on a fresh directory and unmounts at cleanup.
 func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) string {

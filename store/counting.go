@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
+	"time"
 )
 
 // Counts are request counters kept by Counting; read them with Load.
@@ -17,6 +18,9 @@ type Counts struct {
 type Counting struct {
 	Store
 	C *Counts
+	// GetLatency, if set, is told how long each GET took to answer
+	// (headers, or the error), for a latency histogram.
+	GetLatency func(time.Duration)
 }
 
 // NewCounting wraps s with fresh counters.
@@ -34,7 +38,11 @@ func (c *Counting) List(ctx context.Context, prefix string, recursive bool, fn f
 
 func (c *Counting) ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error) {
 	c.C.Gets.Add(1)
+	start := time.Now()
 	rc, err := c.Store.ReadRange(ctx, obj, off, n)
+	if c.GetLatency != nil {
+		c.GetLatency(time.Since(start))
+	}
 	if err != nil {
 		return nil, err
 	}

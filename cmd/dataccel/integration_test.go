@@ -307,6 +307,9 @@ func TestMetricsAndReadiness(t *testing.T) {
 	if gets != float64(len(files)) {
 		t.Fatalf("metrics count %v GETs for %d small files read once", gets, len(files))
 	}
+	if n := metricValue(t, body, "dataccel_store_get_latency_seconds_count"); n != gets {
+		t.Fatalf("GET latency histogram holds %v GETs, the counter %v", n, gets)
+	}
 	if metricValue(t, body, "dataccel_cache_ram_misses_total") == 0 {
 		t.Fatal("no cache misses counted")
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Tests read mounts served by this same process: see inProcessMounts
+	// in the fuse tests for why the runtime needs spare Ps for that.
+	runtime.GOMAXPROCS(max(16, runtime.NumCPU()))
 	dir, err := os.MkdirTemp("", "dataccel-bin-")
 	if err != nil {
 		panic(err)

@@ -16,13 +16,20 @@ import (
 // each layer; metrics and .dataccel/stats read the same atomics.
 type mountStats struct {
 	start    time.Time
+	getLat   prometheus.Histogram
 	store    store.Counts
 	retry    store.RetryStats
 	cache    cache.Stats
 	prefetch prefetch.Stats
 }
 
-func newMountStats() *mountStats { return &mountStats{start: time.Now()} }
+func newMountStats() *mountStats {
+	return &mountStats{start: time.Now(), getLat: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "dataccel", Name: "store_get_latency_seconds",
+		Help:    "time from sending a GET to its response headers (or error)",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms .. 8 s
+	})}
+}
 
 type metric struct {
 	name, help string
@@ -85,6 +92,7 @@ func (s *mountStats) registry() *prometheus.Registry {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts(opts), f))
 		}
 	}
+	reg.MustRegister(s.getLat)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "dataccel", Name: "uptime_seconds", Help: "seconds since the mount started",
 	}, func() float64 { return time.Since(s.start).Seconds() }))

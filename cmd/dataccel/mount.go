@@ -224,6 +224,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	// Counting sits below the retries, so it counts what reached the server.
 	counted := store.NewCounting(raw)
 	counted.C = &stats.store
+	counted.GetLatency = func(d time.Duration) { stats.getLat.Observe(d.Seconds()) }
 	var st store.Store = store.NewRetrying(counted, store.RetryOptions{
 		IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout,
 		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
