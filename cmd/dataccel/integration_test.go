@@ -399,6 +399,18 @@ func TestHungMountCleaned(t *testing.T) {
 	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
 	cmd.Process.Signal(syscall.SIGSTOP)
 	defer cmd.Process.Signal(syscall.SIGCONT)
+	// The signal lands asynchronously: wait until every thread is stopped.
+	waitFor(t, 5*time.Second, func() bool {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", cmd.Process.Pid))
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			i := strings.LastIndexByte(string(b), ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return len(tasks) > 0
+	})
 
 	done := make(chan error, 1)
 	go func() { done <- fuse.CheckMountpoint(mnt) }()
