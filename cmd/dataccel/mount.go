@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -290,12 +291,14 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		"ram_cache", humanBytes(p.ramBytes), "disk_cache", humanBytes(p.cacheBytes), "prefetch", f.prefetch)
 
 	// Background work owned by this mount: cancelled before unmounting.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	var bgWork sync.WaitGroup
+	stopBG := func() { cancelBG(); bgWork.Wait() } // nothing may write the cache dir after this
 	defer stopBG()
 	if p.manifestMode != "off" && (preload == nil || p.manifestMode == "refresh") {
 		// Without --cache-dir the listing still serves this mount: whole
 		// directories known up front, no LIST per directory later.
-		go refreshNamespace(bg, logger, st, m.FS, manifestPath, f.s3.endpoint, p.bucket, p.prefix)
+		bgWork.Go(func() { refreshNamespace(bg, logger, st, m.FS, manifestPath, f.s3.endpoint, p.bucket, p.prefix) })
 	}
 	if p.prefetchListPaths != nil {
 		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {

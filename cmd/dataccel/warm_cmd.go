@@ -178,27 +178,25 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	})
 	defer loader.Close()
 
-	bar := progressFor(f.quiet).Begin("warm", int64(len(objs)))
-	var mu sync.Mutex
+	// The disk tier writes in the background and drops a write when its
+	// queue is full (a reader must never wait on it); warm does want every
+	// block, so it checks what landed and fetches the rest again.
 	var failed []warmFailure
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(f.concurrency)
-	for _, o := range objs {
-		g.Go(func() error {
-			if err := readThrough(gctx, loader.Open(o), o.Size, p.blockSize); err != nil {
-				if gctx.Err() != nil {
-					return gctx.Err()
-				}
-				mu.Lock()
-				failed = append(failed, warmFailure{o.Key, err})
-				mu.Unlock()
-			}
-			bar.Add(1, o.Size)
-			return nil
-		})
+	var werr error
+	pending := objs
+	for pass := 1; len(pending) > 0; pass++ {
+		label := "warm"
+		if pass > 1 {
+			label = fmt.Sprintf("warm, pass %d", pass)
+		}
+		dropped := cstats.DiskDropped.Load()
+		failed, werr = warmPass(ctx, loader, pending, p.blockSize, f.concurrency, progressFor(f.quiet).Begin(label, int64(len(pending))))
+		disk.Flush()
+		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
+			break
+		}
+		pending = notCached(disk, pending, p.blockSize, failed)
 	}
-	werr := g.Wait()
-	bar.Done()
 	disk.Flush()
 	s := cstats.Snapshot()
 	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
@@ -211,6 +209,55 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
 	}
 	return reportFailures(failed, "objects")
+}
+
+// warmPass reads every object of objs through the loader, concurrency at a
+// time, and returns the ones that failed.
+func warmPass(ctx context.Context, loader *prefetch.Loader, objs []store.Object, block int64, concurrency int, bar *bench.Bar) ([]warmFailure, error) {
+	var mu sync.Mutex
+	var failed []warmFailure
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(concurrency)
+	for _, o := range objs {
+		g.Go(func() error {
+			if err := readThrough(gctx, loader.Open(o), o.Size, block); err != nil {
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+				mu.Lock()
+				failed = append(failed, warmFailure{o.Key, err})
+				mu.Unlock()
+			}
+			bar.Add(1, o.Size)
+			return nil
+		})
+	}
+	err := g.Wait()
+	bar.Done()
+	return failed, err
+}
+
+// notCached returns the objects of objs (but the failed ones) that the disk
+// tier lacks a block of.
+func notCached(disk *cache.Disk, objs []store.Object, block int64, failed []warmFailure) []store.Object {
+	skip := make(map[string]bool, len(failed))
+	for _, f := range failed {
+		skip[f.key] = true
+	}
+	var out []store.Object
+	for _, o := range objs {
+		if skip[o.Key] {
+			continue
+		}
+		blocks := (o.Size + block - 1) / block // objects up to a block are one block
+		for b := int64(0); b < blocks; b++ {
+			if !disk.Contains(cache.Key{Object: o.Key, ETag: o.ETag, Block: b}) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // readThrough reads a whole object through r in block-sized pieces,
