@@ -86,15 +86,16 @@ func TestFaults(t *testing.T) {
 		{fault: testenv.SlowDown},
 		{fault: testenv.InternalError},
 		{fault: testenv.ResetMidBody},
-		{fault: testenv.StallFirstByte, stall: 2 * time.Second},
-		{fault: testenv.StallMidBody, stall: 2 * time.Second},
+		{fault: testenv.StallFirstByte, stall: 3 * time.Second},
+		{fault: testenv.StallMidBody, stall: 3 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			stats := &store.RetryStats{}
 			fp, st, data, objs := faultSetup(t, 150, 64<<10, store.RetryOptions{
 				BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond,
-				FirstByteTimeout: 300 * time.Millisecond, ProgressTimeout: 300 * time.Millisecond,
+				// Well above a healthy request on a loaded machine, well below the stalls.
+				FirstByteTimeout: time.Second, ProgressTimeout: time.Second,
 				Stats: stats,
 			})
 			fp.Add(testenv.Rule{Fault: tc.fault, Method: "GET", Every: 4, Stall: tc.stall})

@@ -49,7 +49,7 @@ func TestFaultsThroughMount(t *testing.T) {
 			}
 			defer fp.Close()
 			fp.Add(testenv.Rule{Fault: tc.fault, Method: "GET", Every: 5, Stall: tc.stall})
-			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--stall-timeout", "500ms",
+			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--stall-timeout", "1s",
 				"--hedge=false", "--prefetch", "off", "s3://"+st.Bucket())
 			g := new(errgroup.Group)
 			g.SetLimit(16)
