@@ -153,14 +153,17 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	list := bytes.Clone(a.buf.Bytes())
-	a.timer = time.AfterFunc(announceQuiet, func() { a.announce(list) })
+	a.timer = time.AfterFunc(announceQuiet, a.announce)
 	return uint32(len(data)), 0
 }
 
 // announce runs on its own goroutine with its own deadline: the writer has
-// gone by now, so a failure can only be logged.
-func (a *announceFile) announce(list []byte) {
+// gone by now, so a failure can only be logged. It copies the list once,
+// when writes have paused, not at every write.
+func (a *announceFile) announce() {
+	a.mu.Lock()
+	list := bytes.Clone(a.buf.Bytes())
+	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := a.fsys.Announce(ctx, list); err != nil {

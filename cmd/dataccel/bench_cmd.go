@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -42,28 +41,19 @@ func (b *benchS3) register(cmd *cobra.Command) {
 // benchStoreFromURL builds a store for s3://bucket[/prefix] and returns it
 // with the prefix ("" or ending in "/"). It does not contact the server.
 func benchStoreFromURL(raw string, f benchS3, maxConns int) (*s3.Store, string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "s3" || u.Host == "" {
-		return nil, "", usageError{fmt.Errorf("%q: want s3://bucket[/prefix]", raw)}
+	bucket, prefix, err := parseS3URL(raw)
+	if err != nil {
+		return nil, "", err
 	}
-	prefix := strings.TrimPrefix(u.Path, "/")
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
+	// The mount's resolution of region, path style and credentials (env,
+	// then a credentials file); bench's --profile names a GPU profile, so
+	// the AWS profile comes from $AWS_PROFILE only.
+	cfg, err := (&s3Flags{endpoint: f.endpoint, region: f.region, pathStyle: "auto"}).config(bucket)
+	if err != nil {
+		return nil, "", err
 	}
-	region := f.region
-	if region == "" {
-		region = os.Getenv("AWS_REGION")
-	}
-	if region == "" {
-		region = "us-east-1"
-	}
-	creds := s3.Credentials{AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
-		SessionToken: os.Getenv("AWS_SESSION_TOKEN")}
-	if creds.AccessKey != "" && creds.SecretKey == "" {
-		return nil, "", errors.New("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
-	}
-	st, err := s3.New(s3.Config{Endpoint: f.endpoint, Region: region, Bucket: u.Host, PathStyle: f.endpoint != "",
-		Credentials: creds, MaxConns: maxConns})
+	cfg.MaxConns = maxConns
+	st, err := s3.New(cfg)
 	if err != nil {
 		return nil, "", usageError{err}
 	}

@@ -50,6 +50,30 @@ func dataset(t *testing.T, st *s3.Store, prefix string, n, size int) map[string]
 	return files
 }
 
+// mountProcess runs `dataccel mount ARGS...` (the mountpoint last) as a
+// child process with the test server's credentials, and returns once it
+// logs that it serves. The process is killed and its mount detached when
+// the test ends.
+func mountProcess(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"mount"}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		syscall.Unmount(args[len(args)-1], syscall.MNT_DETACH)
+	})
+	// After "mounted": go-fuse's start-up touches the mount from inside the
+	// process, and a kill in that instant would hang the connection.
+	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	return cmd, logs
+}
+
 // running is an in-process `dataccel mount`.
 type running struct {
 	dir  string
@@ -358,17 +382,7 @@ func TestStaleMountCleaned(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "f", []byte("x"))
 	mnt := t.TempDir()
-	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// After "mounted": go-fuse's start-up touches the mount from inside
-	// the process, and a kill in that instant hangs the connection (a case
-	// CheckMountpoint handles too, by aborting it, but slower).
-	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	cmd, _ := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
 	cmd.Process.Kill()
 	cmd.Wait()
 	var sfs syscall.Statfs_t
@@ -388,15 +402,7 @@ func TestHungMountCleaned(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "f", []byte("y"))
 	mnt := t.TempDir()
-	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	cmd, _ := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
 	cmd.Process.Signal(syscall.SIGSTOP)
 	defer cmd.Process.Signal(syscall.SIGCONT)
 	// The signal lands asynchronously: wait until every thread is stopped.

@@ -148,15 +148,7 @@ func TestMountLifecycle(t *testing.T) {
 	testenv.Put(t, st, "ds/train/a.bin", []byte("alpha"))
 	testenv.Put(t, st, "ds/train/b.bin", []byte("bravo"))
 	mnt := t.TempDir()
-	cmd := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/ds", mnt)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/ds", mnt)
 	b, err := os.ReadFile(filepath.Join(mnt, "train", "b.bin"))
 	if err != nil || string(b) != "bravo" {
 		t.Fatalf("read through the mount: %q %v\n%s", b, err, logs.String())

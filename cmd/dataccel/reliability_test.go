@@ -193,14 +193,7 @@ func TestKillAndRestart(t *testing.T) {
 	warm.Wait()
 
 	mnt := t.TempDir()
-	mount := exec.Command(bin, "mount", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, src, mnt)
-	mount.Env = env
-	var logs syncBuffer
-	mount.Stderr = &logs
-	if err := mount.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	mount, _ := mountProcess(t, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, src, mnt)
 	var read atomic.Int64
 	stopReads := make(chan struct{})
 	var wg sync.WaitGroup
@@ -320,16 +313,7 @@ func TestSecretNeverShown(t *testing.T) {
 	port, _ := testenv.FreePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	mnt := t.TempDir()
-	cmd := exec.Command(bin, "mount", "--log-level", "debug", "--endpoint", srv.Endpoint, "--http", addr, "s3://"+st.Bucket(), mnt)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	cmd.Stdout = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+	cmd, logs := mountProcess(t, "--log-level", "debug", "--endpoint", srv.Endpoint, "--http", addr, "s3://"+st.Bucket(), mnt)
 	readAllFiles(t, mnt, files)
 	os.ReadFile(filepath.Join(mnt, "no-such-file"))
 	argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))

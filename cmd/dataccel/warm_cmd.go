@@ -66,14 +66,6 @@ mount, which fills that mount's cache. It exits non-zero and lists what failed.`
 	return cmd
 }
 
-func progressFor(quiet bool) *bench.Progress {
-	if quiet {
-		return nil
-	}
-	fi, err := os.Stderr.Stat()
-	return bench.NewProgress(os.Stderr, err == nil && fi.Mode()&os.ModeCharDevice != 0)
-}
-
 // readList reads a list of relative paths, cleaned so none climbs out.
 func readList(file string) (map[string]bool, error) {
 	if file == "" {
@@ -190,7 +182,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			label = fmt.Sprintf("warm, pass %d", pass)
 		}
 		dropped := cstats.DiskDropped.Load()
-		failed, werr = warmPass(ctx, loader, pending, p.blockSize, f.concurrency, progressFor(f.quiet).Begin(label, int64(len(pending))))
+		failed, werr = warmPass(ctx, loader, pending, p.blockSize, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))))
 		disk.Flush()
 		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
 			break
@@ -306,7 +298,7 @@ func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string
 	}
 	logger.Info("warming through the mount", "files", len(files), "bytes", total)
 	start := time.Now()
-	bar := progressFor(f.quiet).Begin("warm", int64(len(files)))
+	bar := benchProgress(f.quiet).Begin("warm", int64(len(files)))
 	var mu sync.Mutex
 	var failed []warmFailure
 	g, gctx := errgroup.WithContext(ctx)
