@@ -13,12 +13,19 @@
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
 # --use-server-modtime (its best configuration). Writes $OUT/{A,B}.json, $OUT/report.html,
 # $OUT/summary.json and prints the table and the ratios.
-# Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers).
+# Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers);
+# other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
+# ORDER (shuffle, or dir) for phases A and B. A mix other than the default gets its own prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
+MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
+ORDER=${ORDER:-shuffle}
+case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
+DS=train # the dataset's prefix
+[[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-*
@@ -43,11 +50,12 @@ say "S3 server behind a ${RTT_MS} ms round trip"
 load_env
 export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY AWS_REGION=$S3_REGION
 
-say "dataset: $FILES ImageNet-like files (mean ~110 KB) and a 10,000-file directory"
-have=$(s3tool stat -prefix train/ | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
+say "dataset $DS: $FILES ImageNet-like files (mean $MEAN_SIZE bytes) in $CLASSES directories, and a 10,000-file directory"
+have=$(s3tool stat -prefix "$DS/" | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
 if [[ $have != "$FILES" ]]; then
-  [[ $have == 0 ]] || s3tool rm -prefix train/
-  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/train" -n "$FILES" --classes 100
+  [[ $have == 0 ]] || s3tool rm -prefix "$DS/"
+  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/$DS" -n "$FILES" --classes "$CLASSES" \
+    --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
 fi
 have=$(s3tool stat -prefix flat10k/ | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
 if [[ $have != 10000 ]]; then
@@ -55,7 +63,7 @@ if [[ $have != 10000 ]]; then
   "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/flat10k" -n 10000 --classes 1 \
     --mean-size 2000 --min-size 1000 --max-size 4000
 fi
-BYTES=$(s3tool stat -prefix train/ | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
+BYTES=$(s3tool stat -prefix "$DS/" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # cold for the clients, warm for the server: drop all caches, then re-read the backing files.
@@ -77,7 +85,7 @@ mount_peer() { # KIND MNT
   RCLONE_OPTS="--use-server-modtime" "$PEERS/mount-peer.sh" "$1" "$2" >/dev/null
 }
 
-RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch 32 --compute-per-sample 0 --order shuffle --seed 7
+RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch 32 --compute-per-sample 0 --order "$ORDER" --seed 7
   --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
 
 say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk"
@@ -86,7 +94,7 @@ mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
 mount_peer s3fs "$OUT/mnt-s3fs"
 mount_peer rclone-full "$OUT/mnt-rclone"
 "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --json "$OUT/A.json" --html "$OUT/report.html" \
-  "$OUT/mnt-dataccel/train" "$OUT/mnt-s3fs/train" "$OUT/mnt-rclone/train" "s3://$S3_BUCKET/train" "$S3_ROOT/train"
+  "$OUT/mnt-dataccel/$DS" "$OUT/mnt-s3fs/$DS" "$OUT/mnt-rclone/$DS" "s3://$S3_BUCKET/$DS" "$S3_ROOT/$DS"
 RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status")
 umount_dataccel "$OUT/mnt-dataccel"
 "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
@@ -98,7 +106,7 @@ say "B. cold epoch with the order announced, then the warm re-read: a fresh data
 server_warm
 mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
 "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --announce --json "$OUT/B.json" \
-  "$OUT/mnt-dataccel/train" "s3://$S3_BUCKET/train" "$S3_ROOT/train"
+  "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" "$S3_ROOT/$DS"
 umount_dataccel "$OUT/mnt-dataccel"
 
 say "C. listing a 10,000-file directory on fresh mounts"
@@ -126,7 +134,7 @@ for mode in off dir announced; do
     dir) mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-E"; extra=(--order dir) ;;
     announced) mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-E"; extra=(--order shuffle --announce) ;;
   esac
-  "$BIN" bench run "${E_FLAGS[@]}" "${extra[@]}" --json "$OUT/E-$mode.json" "$OUT/mnt-dataccel/train" >/dev/null
+  "$BIN" bench run "${E_FLAGS[@]}" "${extra[@]}" --json "$OUT/E-$mode.json" "$OUT/mnt-dataccel/$DS" >/dev/null
   umount_dataccel "$OUT/mnt-dataccel"
 done
 
@@ -134,10 +142,10 @@ say "summary"
 jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
-  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" '
+  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg ds "$DS" --arg order "$ORDER" '
   def ep($p; $i): $p.epochs[$i].wall_s;
   ($a[0].paths) as $A | ($b[0].paths) as $B |
-  { dataset: {files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber)},
+  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber)},
     cold_s: {dataccel: ep($A[0];0), s3fs: ep($A[1];0), rclone: ep($A[2];0), direct: ep($A[3];0), local: ep($A[4];0)},
     warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
     announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
@@ -155,7 +163,7 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
       "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib),
       "4 readers: announced x prefetch off (>= 3)": (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced) }' > "$OUT/summary.json"
 jq -r '
-  "files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
+  "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
   "seconds (files/s)      cold              warm",
   (["dataccel","s3fs","rclone","direct","local"][] as $k |
     "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),

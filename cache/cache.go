@@ -1,9 +1,12 @@
 // Package cache holds fetched object blocks: a RAM tier (ristretto), a disk
-// tier (files on local NVMe, checksummed, optionally compressed with s2) and
-// a tiered lookup that promotes disk hits to RAM. It owns the on-disk cache
-// format, the disk eviction policy (Policy: a stable resident set that
-// survives reshuffled epochs, where LRU fails), the cache counters (Stats)
-// and helpers for the CLI (StatDir, PurgeDir, ParseSize).
+// tier (log-structured: checksummed records, optionally compressed with s2,
+// appended to a few large segment files on local NVMe, found through an
+// in-memory index rebuilt at open) and a tiered lookup that promotes disk
+// hits to RAM. It owns the on-disk cache format (format.go), the disk
+// eviction policy (Policy: a stable resident set that survives reshuffled
+// epochs, where LRU fails), the reclaiming of dead bytes in segments
+// (compaction), the cache counters (Stats) and helpers for the CLI
+// (StatDir, PurgeDir, ParseSize).
 //
 // The cache is best effort: a failure is a miss and a counter, never a failed
 // read. It does not fetch anything and never imports store; callers fill it.

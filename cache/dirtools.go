@@ -3,22 +3,23 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 )
 
 // DirStat describes a cache directory on disk.
 type DirStat struct {
-	Entries    int64 // block files
-	DiskBytes  int64 // bytes of block files
-	RawBytes   int64 // bytes the blocks hold uncompressed
+	Entries    int64 // live records (blocks)
+	DiskBytes  int64 // bytes of segment files (live records and dead bytes)
+	RawBytes   int64 // bytes the live blocks hold uncompressed
 	SavedBytes int64 // RawBytes minus payload bytes of compressed blocks
-	Compressed int64 // blocks stored compressed
-	Unreadable int64 // block files whose header could not be read or checked
-	TempFiles  int64 // leftovers of unfinished writes
+	Compressed int64 // live blocks stored compressed
+	Unreadable int64 // segments that end in bytes that are not a record (or could not be read)
+	TempFiles  int64 // files that are not segments: leftovers (of a format 1 cache, too)
 }
 
 // checkCacheDir refuses a directory without the marker file.
@@ -32,8 +33,177 @@ func checkCacheDir(dir string) error {
 	return nil
 }
 
-// walkBlocks calls fn for every block or temp file of the cache in dir.
-func walkBlocks(dir string, fn func(path string, temp bool) error) error {
+// scannedSeg is one segment file as scanSegments found it.
+type scannedSeg struct {
+	seq  uint64
+	path string
+	f    *os.File // open (read only) when kept
+	size int64    // file size
+	recs []recInfo
+	end  int64 // where the valid records end
+	why  scanEnd
+	err  error // the file could not be opened or read
+}
+
+// scanSegments scans every segment in segDir (several at a time), in seq
+// order. keep leaves the files open. A missing segDir holds no segments.
+func scanSegments(segDir string, keep bool) ([]*scannedSeg, error) {
+	ents, err := os.ReadDir(segDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var found []*scannedSeg
+	for _, e := range ents { // sorted by name, so by seq
+		if seq, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+			found = append(found, &scannedSeg{seq: seq, path: filepath.Join(segDir, e.Name())})
+		}
+	}
+	// Headers of large records are one pread each: scanning segments in
+	// parallel keeps a cold NVMe busy.
+	workers := min(len(found), max(4, runtime.GOMAXPROCS(0)), 16)
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for {
+				next.Lock()
+				if i == len(found) {
+					next.Unlock()
+					return
+				}
+				sc := found[i]
+				i++
+				next.Unlock()
+				sc.scan(keep)
+			}
+		})
+	}
+	wg.Wait()
+	return found, nil
+}
+
+func (sc *scannedSeg) scan(keep bool) {
+	f, err := os.Open(sc.path)
+	if err != nil {
+		sc.err = err
+		return
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		sc.err = err
+		return
+	}
+	sc.size = fi.Size()
+	sc.end, sc.why, sc.err = scanSegment(f, sc.seq, sc.size, func(r recInfo) bool {
+		sc.recs = append(sc.recs, r)
+		return true
+	})
+	if keep && sc.err == nil {
+		sc.f = f
+	} else {
+		f.Close()
+	}
+}
+
+// resolve marks the dead records of found (in seq order): those in the
+// dead list, and those a newer record of the same id (higher seq, then
+// higher offset) supersedes.
+func resolve(found []*scannedSeg, dead map[recKey]struct{}) {
+	type at struct{ seg, rec int }
+	winner := make(map[uint64]at)
+	for i, sc := range found {
+		if sc.err != nil {
+			continue
+		}
+		for j := range sc.recs {
+			r := &sc.recs[j]
+			if _, ok := dead[recKey{sc.seq, r.off}]; ok {
+				r.dead, r.listed = true, true
+				continue
+			}
+			if w, ok := winner[r.id]; ok {
+				found[w.seg].recs[w.rec].dead = true
+			}
+			winner[r.id] = at{i, j}
+		}
+	}
+}
+
+// readDeadList reads the dead records of the state file in dir, if any.
+func readDeadList(dir string) map[recKey]struct{} {
+	buf, err := os.ReadFile(filepath.Join(dir, StateName))
+	if err != nil {
+		return nil
+	}
+	_, _, dead, _ := decodeState(buf)
+	return dead
+}
+
+// StatDir reports what the cache directory dir holds. It reads each
+// record's header (not its payload); it may run while a Disk has dir open,
+// in which case the figures are approximate (records evicted by the
+// running Disk still count as live).
+func StatDir(dir string) (DirStat, error) {
+	var st DirStat
+	if err := checkCacheDir(dir); err != nil {
+		return st, fmt.Errorf("stat cache dir: %w", err)
+	}
+	segDir := filepath.Join(dir, segDirName)
+	found, err := scanSegments(segDir, false)
+	if err != nil {
+		return st, fmt.Errorf("stat cache dir %s: %w", dir, err)
+	}
+	resolve(found, readDeadList(dir))
+	for _, sc := range found {
+		if sc.err != nil {
+			if !errors.Is(sc.err, fs.ErrNotExist) { // deleted meanwhile
+				st.Unreadable++
+			}
+			continue
+		}
+		st.DiskBytes += sc.size
+		if sc.why == scanCorrupt {
+			st.Unreadable++
+		}
+		for _, r := range sc.recs {
+			if r.dead {
+				continue
+			}
+			st.Entries++
+			st.RawBytes += int64(r.rawLen)
+			if r.flags&flagS2 != 0 {
+				st.Compressed++
+				st.SavedBytes += int64(r.rawLen) - int64(r.payloadLen)
+			}
+		}
+	}
+	others, _, oldFiles, err := leftovers(dir)
+	if err != nil {
+		return st, fmt.Errorf("stat cache dir %s: %w", dir, err)
+	}
+	st.TempFiles = int64(len(others)) + oldFiles
+	return st, nil
+}
+
+// leftovers returns the entries of the segment directory that are not
+// segments, and the fan-out directories of a format 1 cache with the
+// number of files in them.
+func leftovers(dir string) (others, oldDirs []string, oldFiles int64, err error) {
+	segDir := filepath.Join(dir, segDirName)
+	ents, err := os.ReadDir(segDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, 0, err
+	}
+	for _, e := range ents {
+		if _, ok := parseSegmentName(e.Name()); !ok || !e.Type().IsRegular() {
+			others = append(others, filepath.Join(segDir, e.Name()))
+		}
+	}
 	for i := 0; i < 256; i++ {
 		sub := filepath.Join(dir, fmt.Sprintf("%02x", i))
 		ents, err := os.ReadDir(sub)
@@ -41,83 +211,17 @@ func walkBlocks(dir string, fn func(path string, temp bool) error) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, nil, 0, err
 		}
-		for _, e := range ents {
-			name := e.Name()
-			if isTempName(name) {
-				if err := fn(filepath.Join(sub, name), true); err != nil {
-					return err
-				}
-				continue
-			}
-			if id, _, ok := parseBlockName(name); ok && subdirName(id) == filepath.Base(sub) {
-				if err := fn(filepath.Join(sub, name), false); err != nil {
-					return err
-				}
-			}
-		}
+		oldDirs = append(oldDirs, sub)
+		oldFiles += int64(len(ents))
 	}
-	return nil
+	return others, oldDirs, oldFiles, nil
 }
 
-// StatDir reports what the cache directory dir holds. It reads each block's
-// header (not its payload); it may run while a Disk has dir open, in which
-// case the figures are approximate.
-func StatDir(dir string) (DirStat, error) {
-	var st DirStat
-	if err := checkCacheDir(dir); err != nil {
-		return st, fmt.Errorf("stat cache dir: %w", err)
-	}
-	hdr := make([]byte, 4096)
-	err := walkBlocks(dir, func(path string, temp bool) error {
-		if temp {
-			st.TempFiles++
-			return nil
-		}
-		_, size, _ := parseBlockName(filepath.Base(path))
-		st.Entries++
-		st.DiskBytes += size
-		h, err := readHeader(path, hdr)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				st.Entries--
-				st.DiskBytes -= size
-				return nil // evicted meanwhile
-			}
-			st.Unreadable++
-			return nil
-		}
-		st.RawBytes += int64(h.rawLen)
-		if h.flags&flagS2 != 0 {
-			st.Compressed++
-			st.SavedBytes += int64(h.rawLen) - int64(h.payloadLen)
-		}
-		return nil
-	})
-	if err != nil {
-		return st, fmt.Errorf("stat cache dir %s: %w", dir, err)
-	}
-	return st, nil
-}
-
-// readHeader reads and checks the header of one block file; buf is scratch.
-func readHeader(path string, buf []byte) (blockHeader, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return blockHeader{}, err
-	}
-	defer f.Close()
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return blockHeader{}, err
-	}
-	return parseHeader(buf[:n])
-}
-
-// PurgeDir removes every block and temp file of the cache in dir, keeping the
-// marker so the directory stays a valid, empty cache. It refuses a directory
-// without the marker and one that a Disk has open.
+// PurgeDir removes every segment, leftover and saved state of the cache in
+// dir, keeping the marker so the directory stays a valid, empty cache. It
+// refuses a directory without the marker and one that a Disk has open.
 func PurgeDir(dir string) error {
 	if err := checkCacheDir(dir); err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
@@ -130,14 +234,18 @@ func PurgeDir(dir string) error {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fmt.Errorf("purge cache dir %s: in use by another process: %w", dir, err)
 	}
-	err = walkBlocks(dir, func(path string, _ bool) error {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		return nil
-	})
+	segs, err := segmentPaths(filepath.Join(dir, segDirName))
 	if err != nil {
 		return fmt.Errorf("purge cache dir %s: %w", dir, err)
+	}
+	others, oldDirs, _, err := leftovers(dir)
+	if err != nil {
+		return fmt.Errorf("purge cache dir %s: %w", dir, err)
+	}
+	for _, p := range append(append(segs, others...), oldDirs...) {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("purge cache dir %s: %w", dir, err)
+		}
 	}
 	for _, name := range []string{StateName, tempPrefix + StateName} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -145,4 +253,19 @@ func PurgeDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// segmentPaths lists the segment files in segDir.
+func segmentPaths(segDir string) ([]string, error) {
+	ents, err := os.ReadDir(segDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var paths []string
+	for _, e := range ents {
+		if _, ok := parseSegmentName(e.Name()); ok {
+			paths = append(paths, filepath.Join(segDir, e.Name()))
+		}
+	}
+	return paths, err
 }

@@ -4,15 +4,18 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // DiskOptions configures a disk tier.
@@ -20,7 +23,8 @@ type DiskOptions struct {
 	// Dir holds the cache. It is created if missing; an existing non-empty
 	// directory must already be a cache directory (have the marker file).
 	Dir string
-	// MaxBytes bounds the bytes of block files.
+	// MaxBytes bounds the bytes of segment files: live records plus the
+	// dead bytes (evicted or dropped records) not yet reclaimed.
 	MaxBytes int64
 	// MinFreeFraction keeps this fraction of the file system free: writes
 	// that would go below it evict stale blocks or are rejected.
@@ -29,16 +33,18 @@ type DiskOptions struct {
 	// Compress stores blocks compressed (s2) when they shrink by >= 12%.
 	// DefaultDiskOptions turns it on; callers should default it to true.
 	Compress bool
-	// Sync fsyncs each block file before the rename. Without it a power loss
-	// may leave a block with bad content, which the checksum turns into a
-	// miss; a crashed process (SIGKILL) loses nothing either way.
+	// Sync fdatasyncs the segment after each record, before the record
+	// enters the index. Without it a power loss may leave records with bad
+	// content, which the checksums turn into misses; a crashed process
+	// (SIGKILL) loses nothing either way.
 	Sync bool
 	// QueueLen bounds the blocks waiting to be written (default 64); Puts
 	// beyond it are dropped and counted. The queue holds the callers'
 	// slices (shared with the RAM tier under Tiered), so it pins at most
 	// QueueLen blocks of memory.
 	QueueLen int
-	// Writers is the number of background writer goroutines (default 2).
+	// Writers is the number of background writer goroutines (default 2);
+	// each appends to its own segment.
 	Writers int
 	// Logger receives the one warning when the tier disables itself
 	// (default slog.Default()).
@@ -57,30 +63,73 @@ func DefaultDiskOptions(dir string, maxBytes int64) DiskOptions {
 // also the lock file (flock) that keeps two processes off one directory.
 const MarkerName = "DATACCEL-CACHE"
 
-const markerContent = "dataccel block cache, format 1\n"
+const (
+	markerContent = "dataccel block cache, format 2\n"
+	// markerFormat1 marks the one-file-per-block layout (256 fan-out
+	// directories "00".."ff"); NewDisk drops its blocks and converts it.
+	markerFormat1 = "dataccel block cache, format 1\n"
+)
 
-// Disk is the disk tier: one file per block under Dir, named by a hash of
-// the key, fanned out into 256 subdirectories.
+// Segment sizes: MaxBytes/64, within these bounds.
+const (
+	minSegment = 1 << 20
+	maxSegment = 256 << 20
+)
+
+// Disk is the disk tier, log-structured: blocks are records appended to
+// segment files (see format.go) and found through an in-memory index
+// (key hash -> segment, offset, length) rebuilt at open by reading the
+// record headers of every segment.
 //
-// Reads run on the caller's goroutine; writes go through a bounded queue to
-// a fixed set of writer goroutines, so a fill never blocks a reader. Any
-// disk error counts, logs one warning, and turns writes off for the life of
-// the Disk; reads keep working and a failed read is a miss.
+// Reads run on the caller's goroutine: an index lookup and one pread of the
+// whole record, checked against the key and its checksums. Writes go
+// through a bounded queue to a fixed set of writer goroutines, each
+// appending to its own segment, so a fill never blocks a reader; a record
+// enters the index only once written. The eviction Policy decides what
+// stays; evicted or corrupt records become dead bytes in their segment. A
+// sealed segment with nothing live is deleted at once; when dead bytes grow
+// past a quarter of MaxBytes (or a write is rejected while dead bytes
+// exist), the compactor goroutine copies the live records of the segment
+// with the most dead bytes into its own segment and deletes the old one.
+//
+// Any disk error counts, logs one warning, and turns writes off for the
+// life of the Disk; reads keep working and a failed read is a miss.
+//
+// Bookkeeping: every index entry is resident in the policy; the policy
+// also holds the ids being written (admitted, not yet indexed). Each
+// segment's bytes are live (indexed records), dead (evicted, corrupt or
+// superseded records, torn tails, the segment header) or reserved by an
+// append in flight. Disk usage is live + dead (the DiskBytes gauge), so the
+// policy is given MaxBytes (or what the free-space floor allows) net of
+// dead bytes.
 //
 // Lock order: qmu before pendMu; mu is a leaf and is never held during file
-// I/O.
+// I/O. Segment fds are reference counted (segment.refs), so a segment
+// deleted by the compactor stays readable by a Get already reading it.
 type Disk struct {
-	dir     string
-	max     int64
-	minFree float64
-	opts    DiskOptions
-	log     *slog.Logger
-	stats   *Stats
-	lock    *os.File // the marker file, flocked; nil when disabled at open
+	dir       string
+	max       int64
+	minFree   float64
+	segTarget int64
+	opts      DiskOptions
+	log       *slog.Logger
+	stats     *Stats
+	lock      *os.File // the marker file, flocked; nil when disabled at open
 
-	mu       sync.Mutex
-	policy   *Policy             // guarded by mu
-	inflight map[uint64]struct{} // guarded by mu; ids being written
+	mu            sync.Mutex
+	policy        *Policy             // guarded by mu; admission and eviction
+	index         map[uint64]recLoc   // guarded by mu; records written and live
+	segs          map[uint64]*segment // guarded by mu; by seq
+	dead          int64               // guarded by mu; dead bytes of all segments
+	inflight      map[uint64]struct{} // guarded by mu; ids being written
+	compactWanted bool                // guarded by mu; a write was rejected while dead bytes existed
+	compacting    bool                // guarded by mu; the compactor is running a pass
+	idleDead      int64               // guarded by mu; dead bytes when the compactor last found no candidate
+	kicks         int                 // guarded by mu; wake-ups sent, not yet taken
+	kickClosed    bool                // guarded by mu
+	kick          chan struct{}       // wakes the compactor; sends and close guarded by mu
+	nextSeq       atomic.Uint64       // the next segment number
+	stopping      atomic.Bool         // Close has begun: the compactor stops early
 
 	qmu    sync.RWMutex
 	closed bool         // guarded by qmu
@@ -90,10 +139,23 @@ type Disk struct {
 	pend     int // guarded by pendMu; queued or being written
 	pendCond *sync.Cond
 
-	wg       sync.WaitGroup
-	disabled atomic.Bool // writes off after a disk error
+	wg       sync.WaitGroup // writers
+	cwg      sync.WaitGroup // compactor
+	disabled atomic.Bool    // writes off after a disk error
 	warned   atomic.Bool
-	tmpSeq   atomic.Uint64
+}
+
+// recLoc is where a live record sits.
+type recLoc struct {
+	seg *segment
+	off int64
+	n   int64 // record length
+}
+
+// recKey names a record across runs, for the dead list.
+type recKey struct {
+	seq uint64
+	off int64
 }
 
 type putItem struct {
@@ -132,20 +194,28 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		opts.Stats = new(Stats)
 	}
 	d := &Disk{
-		dir:      opts.Dir,
-		max:      opts.MaxBytes,
-		minFree:  opts.MinFreeFraction,
-		opts:     opts,
-		log:      opts.Logger,
-		stats:    opts.Stats,
-		policy:   NewPolicy(),
-		inflight: make(map[uint64]struct{}),
-		queue:    make(chan putItem, opts.QueueLen),
+		dir:       opts.Dir,
+		max:       opts.MaxBytes,
+		minFree:   opts.MinFreeFraction,
+		segTarget: min(max(opts.MaxBytes/64, minSegment), maxSegment),
+		opts:      opts,
+		log:       opts.Logger,
+		stats:     opts.Stats,
+		policy:    NewPolicy(),
+		index:     make(map[uint64]recLoc),
+		segs:      make(map[uint64]*segment),
+		inflight:  make(map[uint64]struct{}),
+		kick:      make(chan struct{}, 1),
+		idleDead:  -1,
+		queue:     make(chan putItem, opts.QueueLen),
 	}
 	d.pendCond = sync.NewCond(&d.pendMu)
 	if err := d.open(); err != nil {
 		var cfg *configError
 		if errors.As(err, &cfg) {
+			if d.lock != nil {
+				d.lock.Close()
+			}
 			return nil, err
 		}
 		d.fail("open", err)
@@ -154,6 +224,11 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		d.wg.Add(1)
 		go d.writer()
 	}
+	d.cwg.Add(1)
+	go d.compactor()
+	d.mu.Lock()
+	d.kickLocked(false) // dead bytes found at open
+	d.mu.Unlock()
 	return d, nil
 }
 
@@ -184,6 +259,8 @@ func (d *Disk) open() error {
 	} else if err != nil {
 		return fmt.Errorf("stat cache marker: %w", err)
 	}
+	// Read only: flock needs no more, and a file open for writing would
+	// stop the file system from being remounted read-only.
 	f, err := os.Open(marker)
 	if err != nil {
 		return fmt.Errorf("open cache marker: %w", err)
@@ -196,70 +273,142 @@ func (d *Disk) open() error {
 		return fmt.Errorf("lock cache dir: %w", err)
 	}
 	d.lock = f
-	if err := d.load(); err != nil {
+	buf := make([]byte, 256)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read cache marker: %w", err)
+	}
+	switch content := string(buf[:n]); content {
+	case markerContent:
+	case markerFormat1, "":
+		// "": a crash between creating the marker and writing it.
+		if err := d.convert(content == markerFormat1); err != nil {
+			return err
+		}
+	default:
+		return &configError{fmt.Errorf("new disk cache: %s holds an unknown cache format (%s says %q)", d.dir, MarkerName, strings.TrimSpace(content))}
+	}
+	dead := d.loadState()
+	if err := d.load(dead); err != nil {
 		return err
 	}
-	d.loadState()
-	// The bound may have shrunk since the last run.
+	// The bound may have shrunk since the last run: trim until live and
+	// dead bytes fit (trimming the newest records first empties whole
+	// segments, which frees their dead bytes too).
 	d.mu.Lock()
-	victims := d.policy.Trim(d.max)
+	var drop []*segment
+	for limit := d.max; ; limit = d.max - d.dead {
+		victims := d.policy.Trim(limit)
+		drop = d.evictLocked(victims, drop)
+		if len(victims) == 0 || d.policy.Used()+d.dead <= d.max {
+			break
+		}
+	}
 	d.publish()
 	d.mu.Unlock()
-	d.removeVictims(victims)
+	d.removeSegments(drop)
 	return nil
 }
 
-// load rebuilds the index from the file names (no stat, no read per file),
-// removes temp files of writes that never finished, and creates missing
-// subdirectories.
-func (d *Disk) load() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// convert removes the blocks of a format 1 cache (fan-out directories
+// "00".."ff" of block files; not migrated: they are re-fetched on demand)
+// and rewrites the marker. The blocks go first, so a crash midway leaves a
+// format 1 marker and the next open finishes the job.
+func (d *Disk) convert(format1 bool) error {
+	blocks := 0
 	for i := 0; i < 256; i++ {
 		sub := filepath.Join(d.dir, fmt.Sprintf("%02x", i))
 		ents, err := os.ReadDir(sub)
 		if errors.Is(err, fs.ErrNotExist) {
-			if err := os.Mkdir(sub, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("create cache subdir: %w", err)
-			}
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("read cache subdir: %w", err)
-		}
-		for _, e := range ents {
-			name := e.Name()
-			if isTempName(name) {
-				if err := os.Remove(filepath.Join(sub, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("remove temp file: %w", err)
-				}
-				continue
-			}
-			id, size, ok := parseBlockName(name)
-			if !ok || subdirName(id) != filepath.Base(sub) {
-				continue // not ours; leave it alone
-			}
-			if !d.policy.Restore(id, size) {
-				// A second file for one id (the block was rewritten with a
-				// different size and the old one not yet removed): keep one.
-				if err := os.Remove(filepath.Join(sub, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("remove duplicate block: %w", err)
-				}
-			}
+		blocks += len(ents)
+		if err := os.RemoveAll(sub); err != nil {
+			return fmt.Errorf("remove format 1 blocks: %w", err)
 		}
 	}
-	d.publish()
+	// In place: the lock is on this file. A crash midway leaves it empty,
+	// which the next open rewrites.
+	if err := os.WriteFile(filepath.Join(d.dir, MarkerName), []byte(markerContent), 0o644); err != nil {
+		return fmt.Errorf("rewrite cache marker: %w", err)
+	}
+	if format1 {
+		d.log.Info("disk cache: converted a format 1 cache directory to format 2 (segment files); its blocks were dropped",
+			"dir", d.dir, "blocks_dropped", blocks)
+	}
 	return nil
 }
 
-// publish copies the policy's totals to the gauges. Caller holds mu.
-func (d *Disk) publish() {
-	d.stats.DiskEntries.Store(int64(d.policy.Len()))
-	d.stats.DiskBytes.Store(d.policy.Used())
+// load rebuilds the index from the record headers of every segment. dead
+// lists records that the last clean Close knew to be dead.
+func (d *Disk) load(dead map[recKey]struct{}) error {
+	segDir := filepath.Join(d.dir, segDirName)
+	if err := os.MkdirAll(segDir, 0o755); err != nil {
+		return fmt.Errorf("create segment dir: %w", err)
+	}
+	found, err := scanSegments(segDir, true)
+	if err != nil {
+		return fmt.Errorf("read segment dir: %w", err)
+	}
+	resolve(found, dead)
+	for _, sc := range found {
+		if sc.err != nil {
+			// Unreadable: leave the file alone, without its blocks.
+			d.fail("open segment", sc.err)
+		} else if sc.why == scanCorrupt {
+			d.stats.DiskCorruptions.Add(1)
+			d.log.Debug("disk cache: corrupt record ends a segment", "segment", sc.path, "at", sc.end)
+		}
+	}
+	d.mu.Lock()
+	var next uint64
+	for _, sc := range found {
+		next = max(next, sc.seq+1)
+		if sc.err != nil {
+			continue
+		}
+		s := &segment{seq: sc.seq, path: sc.path, f: sc.f, size: sc.size, dead: sc.size, sealed: true}
+		s.refs.Store(1)
+		for _, r := range sc.recs {
+			if r.dead {
+				if r.listed {
+					s.deadOffs = append(s.deadOffs, r.off)
+				}
+				continue
+			}
+			d.index[r.id] = recLoc{seg: s, off: r.off, n: r.n}
+			s.live += r.n
+			s.dead -= r.n
+		}
+		d.segs[s.seq] = s
+		d.dead += s.dead
+	}
+	d.nextSeq.Store(next)
+	// Oldest segments first: Restore queues each entry behind the others,
+	// so a shrunk bound trims the newest records, which empties whole
+	// segments.
+	for _, sc := range found {
+		for _, r := range sc.recs {
+			if !r.dead && sc.err == nil {
+				d.policy.Restore(r.id, r.n)
+			}
+		}
+		sc.recs = nil
+	}
+	var drop []*segment
+	for _, s := range d.segs {
+		drop = d.reclaimLocked(s, drop)
+	}
+	d.publish()
+	d.mu.Unlock()
+	d.removeSegments(drop)
+	return nil
 }
 
-func (d *Disk) path(id uint64, size int64) string {
-	return filepath.Join(d.dir, subdirName(id), blockName(id, size))
+// publish copies the totals to the gauges. Caller holds mu.
+func (d *Disk) publish() {
+	d.stats.DiskEntries.Store(int64(d.policy.Len()))
+	d.stats.DiskBytes.Store(d.policy.Used() + d.dead)
 }
 
 // fail counts a disk error and turns writes off; the first one is logged.
@@ -279,34 +428,32 @@ func (d *Disk) Disabled() bool { return d.disabled.Load() }
 func (d *Disk) Get(k Key) ([]byte, bool) {
 	id := keyHash(k)
 	d.mu.Lock()
-	size, ok := d.policy.Access(id)
-	if _, busy := d.inflight[id]; busy {
-		ok = false
+	_, ok := d.policy.Access(id)
+	loc, indexed := d.index[id]
+	if ok && indexed {
+		loc.seg.acquire()
 	}
 	d.mu.Unlock()
-	if !ok {
+	if !ok || !indexed {
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}
-	p := d.path(id, size)
-	buf, err := os.ReadFile(p)
+	buf := make([]byte, loc.n)
+	_, err := loc.seg.f.ReadAt(buf, loc.off)
+	loc.seg.release()
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, io.EOF) {
+			d.corrupt(id, loc, err) // the segment is shorter than written
+		} else {
 			d.fail("read", err)
+			d.forget(id, loc)
 		}
-		// Gone (evicted concurrently, or removed by hand): forget it.
-		d.forget(id, size)
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}
 	raw, err := decodeBlock(buf, k)
 	if err != nil {
-		d.stats.DiskCorruptions.Add(1)
-		d.log.Debug("corrupt disk cache block removed", "path", p, "err", err)
-		d.forget(id, size)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			d.fail("remove corrupt block", err)
-		}
+		d.corrupt(id, loc, err)
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}
@@ -315,19 +462,40 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 	return raw, true
 }
 
-// forget drops id from the index if it still has the given size (a newer
-// write of the same id may have replaced it).
-func (d *Disk) forget(id uint64, size int64) {
+// corrupt counts a bad record and forgets it.
+func (d *Disk) corrupt(id uint64, loc recLoc, err error) {
+	d.stats.DiskCorruptions.Add(1)
+	d.log.Debug("corrupt disk cache record dropped", "segment", loc.seg.path, "offset", loc.off, "err", err)
+	d.forget(id, loc)
+}
+
+// forget drops id from the index and the policy if it is still the record
+// at loc (a compaction may have moved it); its bytes become dead.
+func (d *Disk) forget(id uint64, loc recLoc) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, busy := d.inflight[id]; busy {
-		return
-	}
-	if e, ok := d.policy.Remove(id); ok && e.Size != size {
-		// Not the entry we looked at: put it back.
-		d.policy.Restore(id, e.Size)
+	var drop []*segment
+	if cur, ok := d.index[id]; ok && cur == loc {
+		delete(d.index, id)
+		d.policy.Remove(id)
+		drop = d.killLocked(loc, drop)
 	}
 	d.publish()
+	d.mu.Unlock()
+	d.removeSegments(drop)
+}
+
+// evictLocked drops the policy's victims from the index; their bytes
+// become dead. A victim still being written is not indexed: its writer
+// finds it evicted. Caller holds mu.
+func (d *Disk) evictLocked(victims []Entry, drop []*segment) []*segment {
+	for _, v := range victims {
+		d.stats.DiskEvictions.Add(1)
+		if loc, ok := d.index[v.ID]; ok {
+			delete(d.index, v.ID)
+			drop = d.killLocked(loc, drop)
+		}
+	}
+	return drop
 }
 
 // Touch records an access to k served by another tier, so that the eviction
@@ -371,6 +539,7 @@ func (d *Disk) done() {
 }
 
 // Flush waits until every Put made before it has been written or dropped.
+// It does not wait for a compaction.
 func (d *Disk) Flush() {
 	d.pendMu.Lock()
 	for d.pend > 0 {
@@ -379,8 +548,10 @@ func (d *Disk) Flush() {
 	d.pendMu.Unlock()
 }
 
-// Close drains the write queue, stops the writers and releases the
-// directory. Get misses and Put is ignored afterwards. Close is idempotent.
+// Close drains the write queue, stops the writers and the compactor (a
+// compaction stops after the record it is copying), saves the policy state
+// and releases the directory. Get misses and Put is ignored afterwards.
+// Close is idempotent.
 func (d *Disk) Close() error {
 	d.qmu.Lock()
 	if d.closed {
@@ -391,13 +562,35 @@ func (d *Disk) Close() error {
 	close(d.queue)
 	d.qmu.Unlock()
 	d.wg.Wait()
+	d.stopping.Store(true)
+	d.mu.Lock()
+	d.kickClosed = true
+	close(d.kick)
+	d.mu.Unlock()
+	d.cwg.Wait()
+
 	d.mu.Lock()
 	mean, samples := d.policy.ReuseDistance()
+	var dead []recKey
+	segs := make([]*segment, 0, len(d.segs))
+	for _, s := range d.segs {
+		for _, off := range s.deadOffs {
+			dead = append(dead, recKey{s.seq, off})
+		}
+		s.removed = true
+		segs = append(segs, s)
+	}
 	// Readers after Close see an empty index.
 	d.policy = NewPolicy()
+	d.index = make(map[uint64]recLoc)
+	d.segs = make(map[uint64]*segment)
+	d.dead = 0
 	d.mu.Unlock()
+	for _, s := range segs {
+		s.release()
+	}
 	if d.lock != nil {
-		if err := d.saveState(mean, samples); err != nil {
+		if err := d.saveState(mean, samples, dead); err != nil {
 			d.log.Debug("disk cache: policy state not saved", "dir", d.dir, "err", err)
 		}
 		if err := d.lock.Close(); err != nil {
@@ -409,16 +602,20 @@ func (d *Disk) Close() error {
 
 func (d *Disk) writer() {
 	defer d.wg.Done()
+	a := &appender{d: d}
+	defer a.seal()
 	var c compressor
 	for it := range d.queue {
-		d.write(&c, it.key, it.data)
+		d.write(a, &c, it.key, it.data)
 		d.done()
 	}
 }
 
-// write stores one block: admission, eviction, then temp file + rename so
-// that a crash at any moment leaves either no file or a complete one.
-func (d *Disk) write(c *compressor, k Key, b []byte) {
+// write stores one block: admission and eviction, then an append to the
+// writer's segment; the record enters the index once written, so a crash
+// at any moment leaves at worst a torn record at the end of a segment,
+// which the next open ignores.
+func (d *Disk) write(a *appender, c *compressor, k Key, b []byte) {
 	if d.disabled.Load() {
 		return
 	}
@@ -451,24 +648,38 @@ func (d *Disk) write(c *compressor, k Key, b []byte) {
 		avail -= int64(d.minFree * float64(st.Blocks) * float64(st.Bsize))
 	}
 	d.mu.Lock()
+	// Segment bytes = live + dead: the policy gets what is left for live
+	// records once dead bytes (until reclaimed) are counted.
 	limit := d.max
 	if d.minFree >= 0 {
 		// avail is already net of the floor; it may be negative.
-		limit = min(limit, d.policy.Used()+avail)
+		limit = min(limit, d.policy.Used()+d.dead+avail)
 	}
+	limit -= d.dead
 	ok, victims := d.policy.Admit(id, size, limit)
+	drop := d.evictLocked(victims, nil)
+	if !ok {
+		d.kickLocked(true)
+	}
 	d.publish()
 	d.mu.Unlock()
-	d.removeVictims(victims)
+	d.removeSegments(drop)
 	if !ok {
 		d.stats.DiskRejected.Add(1)
 		return
 	}
-	if err := d.writeFile(id, size, hdr, payload); err != nil {
-		d.mu.Lock()
+	seg, off, err := a.append(size, hdr, payload)
+	d.mu.Lock()
+	if err != nil {
 		d.policy.Remove(id)
-		d.publish()
-		d.mu.Unlock()
+		drop = nil
+	} else {
+		drop = d.finishLocked(seg, off, size, id, nil)
+	}
+	d.publish()
+	d.mu.Unlock()
+	d.removeSegments(drop)
+	if err != nil {
 		d.fail("write", err)
 		return
 	}
@@ -477,64 +688,64 @@ func (d *Disk) write(c *compressor, k Key, b []byte) {
 	d.stats.DiskSavedBytes.Add(saved)
 }
 
-func (d *Disk) removeVictims(victims []Entry) {
-	for _, v := range victims {
-		err := os.Remove(d.path(v.ID, v.Size))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			d.fail("evict", err)
-			continue
-		}
-		d.stats.DiskEvictions.Add(1)
-	}
-}
-
-func (d *Disk) writeFile(id uint64, size int64, hdr, payload []byte) (err error) {
-	final := d.path(id, size)
-	tmp := filepath.Join(filepath.Dir(final), tempPrefix+strconv.FormatUint(id, 16)+"-"+
-		strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(d.tmpSeq.Add(1), 10))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(hdr); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if _, err = f.Write(payload); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if d.opts.Sync {
-		if err = f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", tmp, err)
-		}
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return nil
-}
-
 // StateName is the file where Close saves the policy's learned reuse
-// distance; a missing or bad one (after a crash) only means re-learning it.
+// distance and the records that died (evicted, corrupt) in segments that
+// remain. A missing or bad one (after a crash) only means re-learning the
+// distance and finding those records live again.
 const StateName = "policy-state"
 
-const stateMagic = "DACP1"
+const (
+	stateMagicV1 = "DACP1" // reuse distance only (format 1)
+	stateMagic   = "DACP2" // reuse distance, dead records, checksum
+)
 
-func (d *Disk) saveState(mean float64, samples uint64) error {
-	buf := make([]byte, len(stateMagic)+16)
-	copy(buf, stateMagic)
-	binary.LittleEndian.PutUint64(buf[len(stateMagic):], math.Float64bits(mean))
-	binary.LittleEndian.PutUint64(buf[len(stateMagic)+8:], samples)
+// encodeState lays out the state file: magic, mean (f64), samples (u64),
+// dead record count (u64), (seq u64, offset u64) per dead record, xxhash64
+// of all the bytes before it.
+func encodeState(mean float64, samples uint64, dead []recKey) []byte {
+	buf := make([]byte, 0, len(stateMagic)+24+16*len(dead)+8)
+	buf = append(buf, stateMagic...)
+	buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(mean))
+	buf = binary.LittleEndian.AppendUint64(buf, samples)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(dead)))
+	for _, r := range dead {
+		buf = binary.LittleEndian.AppendUint64(buf, r.seq)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(r.off))
+	}
+	return binary.LittleEndian.AppendUint64(buf, xxhash.Sum64(buf))
+}
+
+// decodeState is the inverse of encodeState; it also reads a format 1
+// state file (no dead records).
+func decodeState(buf []byte) (mean float64, samples uint64, dead map[recKey]struct{}, ok bool) {
+	m := len(stateMagic)
+	switch {
+	case len(buf) == m+16 && string(buf[:m]) == stateMagicV1:
+	case len(buf) >= m+32 && string(buf[:m]) == stateMagic:
+		body := buf[:len(buf)-8]
+		if xxhash.Sum64(body) != binary.LittleEndian.Uint64(buf[len(body):]) {
+			return 0, 0, nil, false
+		}
+		n := binary.LittleEndian.Uint64(body[m+16:])
+		rest := body[m+24:]
+		if uint64(len(rest)) != 16*n {
+			return 0, 0, nil, false
+		}
+		dead = make(map[recKey]struct{}, n)
+		for i := 0; i+16 <= len(rest); i += 16 {
+			dead[recKey{binary.LittleEndian.Uint64(rest[i:]), int64(binary.LittleEndian.Uint64(rest[i+8:]))}] = struct{}{}
+		}
+	default:
+		return 0, 0, nil, false
+	}
+	mean = math.Float64frombits(binary.LittleEndian.Uint64(buf[m:]))
+	samples = binary.LittleEndian.Uint64(buf[m+8:])
+	return mean, samples, dead, true
+}
+
+func (d *Disk) saveState(mean float64, samples uint64, dead []recKey) error {
 	tmp := filepath.Join(d.dir, tempPrefix+StateName)
-	if err := os.WriteFile(tmp, buf, 0o644); err != nil {
+	if err := os.WriteFile(tmp, encodeState(mean, samples, dead), 0o644); err != nil {
 		return fmt.Errorf("save policy state: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(d.dir, StateName)); err != nil {
@@ -545,21 +756,23 @@ func (d *Disk) saveState(mean float64, samples uint64) error {
 }
 
 // loadState reads and then removes the saved state, so that a crash after
-// this run never restores numbers older than its own learning.
-func (d *Disk) loadState() {
+// this run never restores numbers older than its own learning. It returns
+// the dead records.
+func (d *Disk) loadState() map[recKey]struct{} {
 	p := filepath.Join(d.dir, StateName)
 	buf, err := os.ReadFile(p)
 	if err != nil {
-		return
+		return nil
 	}
 	os.Remove(p)
-	if len(buf) != len(stateMagic)+16 || string(buf[:len(stateMagic)]) != stateMagic {
-		return
+	mean, samples, dead, ok := decodeState(buf)
+	if !ok {
+		return nil
 	}
 	d.mu.Lock()
-	d.policy.SetReuseDistance(math.Float64frombits(binary.LittleEndian.Uint64(buf[len(stateMagic):])),
-		binary.LittleEndian.Uint64(buf[len(stateMagic)+8:]))
+	d.policy.SetReuseDistance(mean, samples)
 	d.mu.Unlock()
+	return dead
 }
 
 // Contains reports whether k has an entry, from the index alone: no file is

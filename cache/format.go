@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -11,7 +12,20 @@ import (
 	"github.com/klauspost/compress/s2"
 )
 
-// Block file layout (little endian), version 1:
+// On-disk format 2: a cache directory holds the marker file (MarkerName),
+// the policy state (StateName) and a directory "segments" of segment files
+// named "<seq as 16 hex>.seg". Seq numbers only grow: each run starts new
+// segments after the highest one found and never appends to an older one.
+//
+// Segment file layout (little endian):
+//
+//	0  magic "DACS"
+//	4  version u8 (2)
+//	5  reserved [3]
+//	8  seq u64 (the number in the file name)
+//	16 records, back to back
+//
+// Record layout, the block encoding of format 1 unchanged (version 1):
 //
 //	0  magic "DACB"
 //	4  version u8
@@ -27,25 +41,36 @@ import (
 //	.. xxhash64 of all header bytes above
 //	.. payload
 //
-// The key is stored in full so that a file named by a hash of the key can be
-// checked against the key asked for; the header checksum stops a flipped
-// length from driving a huge allocation before the payload checksum runs.
+// The key is stored in full: the index is rebuilt from the record headers,
+// and a record is checked against the key asked for. The header checksum
+// stops a flipped length from driving a huge allocation (or a scan running
+// off into the payload) before the payload checksum runs.
 const (
 	blockMagic    = "DACB"
-	formatVersion = 1
+	formatVersion = 1 // of the record encoding
 	flagS2        = 1 << 0
 	fixedHeader   = 48
 	// maxRawLen bounds the raw length trusted from a header.
 	maxRawLen = 1 << 30
+	// maxKeyLen bounds object + etag lengths trusted from a header (S3 keys
+	// are at most 1024 bytes).
+	maxKeyLen = 64 << 10
+
+	segMagic     = "DACS"
+	segVersion   = 2
+	segHeaderLen = 16
+	segDirName   = "segments"
+	segSuffix    = ".seg"
 )
 
 var errCorrupt = errors.New("corrupt cache block")
 
-// keyHash names a key on disk. Lengths are hashed in so that ("a\x00", "b")
-// and ("a", "\x00b") differ.
+// keyHash names a key in the index. Lengths are hashed in so that
+// ("a\x00", "b") and ("a", "\x00b") differ.
 func keyHash(k Key) uint64 {
+	var d xxhash.Digest
+	d.Reset()
 	var buf [8]byte
-	d := xxhash.New()
 	binary.LittleEndian.PutUint64(buf[:], uint64(len(k.Object)))
 	_, _ = d.Write(buf[:])
 	_, _ = d.WriteString(k.Object)
@@ -57,32 +82,44 @@ func keyHash(k Key) uint64 {
 	return d.Sum64()
 }
 
-// blockName is "<hash as 16 hex>-<file size in hex>": the size in the name lets
-// a restart rebuild the index from a directory listing without a stat per file.
-func blockName(id uint64, size int64) string {
-	return fmt.Sprintf("%016x-%x", id, size)
+// keyHashBytes is keyHash of a key held in a record header, without
+// allocating strings.
+func keyHashBytes(object, etag []byte, block int64) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(len(object)))
+	_, _ = d.Write(buf[:])
+	_, _ = d.Write(object)
+	binary.LittleEndian.PutUint64(buf[:], uint64(len(etag)))
+	_, _ = d.Write(buf[:])
+	_, _ = d.Write(etag)
+	binary.LittleEndian.PutUint64(buf[:], uint64(block))
+	_, _ = d.Write(buf[:])
+	return d.Sum64()
 }
 
-// parseBlockName is the inverse of blockName.
-func parseBlockName(name string) (id uint64, size int64, ok bool) {
-	h, s, found := strings.Cut(name, "-")
-	if !found || len(h) != 16 || s == "" || len(s) > 15 {
-		return 0, 0, false
+// segmentName is the file name of segment seq.
+func segmentName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segSuffix) }
+
+// parseSegmentName is the inverse of segmentName.
+func parseSegmentName(name string) (uint64, bool) {
+	h, ok := strings.CutSuffix(name, segSuffix)
+	if !ok || len(h) != 16 {
+		return 0, false
 	}
-	id, err := strconv.ParseUint(h, 16, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	size, err = strconv.ParseInt(s, 16, 64)
-	if err != nil || size < fixedHeader+8 {
-		return 0, 0, false
-	}
-	return id, size, true
+	seq, err := strconv.ParseUint(h, 16, 64)
+	return seq, err == nil
 }
 
-// subdirName is the fan-out directory of id: 256 directories keep each one
-// small enough for fast lookups at millions of blocks.
-func subdirName(id uint64) string { return fmt.Sprintf("%02x", id>>56) }
+// segmentHeader returns the header of segment seq.
+func segmentHeader(seq uint64) []byte {
+	hdr := make([]byte, segHeaderLen)
+	copy(hdr, segMagic)
+	hdr[4] = segVersion
+	binary.LittleEndian.PutUint64(hdr[8:], seq)
+	return hdr
+}
 
 // compressor decides whether a block is worth compressing and does it. It
 // holds scratch buffers, so each writer goroutine owns one.
@@ -96,6 +133,8 @@ const (
 	minSavingPct = 12
 	sampleChunk  = 8 << 10
 	sampleCount  = 4
+	// incompressiblePct: a first sample that shrinks by less ends the test.
+	incompressiblePct = 2
 	// minCompressLen: tiny blocks are not worth the CPU.
 	minCompressLen = 4 << 10
 )
@@ -112,19 +151,26 @@ func (c *compressor) worthCompressing(b []byte) bool {
 	}
 	in, out := 0, 0
 	step := len(b) / sampleCount
-	for i := 0; i < sampleCount; i++ {
-		off := i * step
+	// The middle first: it is the most typical part (headers are not), and
+	// when it does not shrink at all (JPEG, video, packed tensors) the other
+	// samples would not change the answer.
+	for i := range sampleCount {
+		off := ((i + sampleCount/2) % sampleCount) * step
 		end := min(off+sampleChunk, len(b))
 		enc := s2.Encode(c.sample[:cap(c.sample)], b[off:end])
 		in += end - off
 		out += len(enc)
+		if i == 0 && out*100 > in*(100-incompressiblePct) {
+			return false
+		}
 	}
 	// Slightly laxer than minSavingPct: samples are noisy.
 	return out*100 <= in*(100-minSavingPct+4)
 }
 
-// encodeBlock returns the header and payload of the block file for k and b,
-// and how many bytes compression saved (0 when stored raw).
+// encodeBlock returns the header and payload of the record for k and b,
+// and how many bytes compression saved (0 when stored raw). A raw payload
+// is b itself.
 func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload []byte, saved int64) {
 	payload, flags := b, byte(0)
 	if compress && c.worthCompressing(b) {
@@ -151,28 +197,48 @@ func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload [
 	return hdr, payload, saved
 }
 
-// blockHeader is the parsed, checked header of a block file.
-type blockHeader struct {
+// recHeader is the parsed, checked header of a record. object and etag
+// alias the buffer it was parsed from.
+type recHeader struct {
 	flags      byte
 	rawLen     uint64
 	payloadLen uint64
 	sum        uint64
-	key        Key
+	block      int64
+	object     []byte
+	etag       []byte
 	headerLen  int
 }
 
-// parseHeader checks magic, version and the header checksum of buf, which
-// holds at least the header.
-func parseHeader(buf []byte) (blockHeader, error) {
-	var h blockHeader
-	if len(buf) < fixedHeader+8 || string(buf[0:4]) != blockMagic || buf[4] != formatVersion {
+// recordLen is the length of the whole record (header and payload).
+func (h *recHeader) recordLen() int64 { return int64(h.headerLen) + int64(h.payloadLen) }
+
+// errShortHeader: buf ends inside the header; more bytes may make it valid.
+var errShortHeader = errors.New("short record header")
+
+// parseHeader checks magic, version, the header checksum and the fields of
+// the record header at the start of buf. It returns errShortHeader when
+// buf ends inside a header that looks valid so far, and an error wrapping
+// errCorrupt when the bytes are not a record header.
+func parseHeader(buf []byte) (recHeader, error) {
+	var h recHeader
+	if len(buf) < fixedHeader {
+		if len(buf) >= 5 && (string(buf[0:4]) != blockMagic || buf[4] != formatVersion) {
+			return h, fmt.Errorf("%w: bad magic or version", errCorrupt)
+		}
+		return h, errShortHeader
+	}
+	if string(buf[0:4]) != blockMagic || buf[4] != formatVersion {
 		return h, fmt.Errorf("%w: bad magic or version", errCorrupt)
 	}
 	ol := uint64(binary.LittleEndian.Uint32(buf[40:]))
 	el := uint64(binary.LittleEndian.Uint32(buf[44:]))
+	if ol+el > maxKeyLen {
+		return h, fmt.Errorf("%w: key length", errCorrupt)
+	}
 	n := fixedHeader + ol + el
 	if n+8 > uint64(len(buf)) {
-		return h, fmt.Errorf("%w: header length", errCorrupt)
+		return h, errShortHeader
 	}
 	if binary.LittleEndian.Uint64(buf[n:]) != xxhash.Sum64(buf[:n]) {
 		return h, fmt.Errorf("%w: header checksum", errCorrupt)
@@ -181,28 +247,37 @@ func parseHeader(buf []byte) (blockHeader, error) {
 	h.rawLen = binary.LittleEndian.Uint64(buf[8:])
 	h.payloadLen = binary.LittleEndian.Uint64(buf[16:])
 	h.sum = binary.LittleEndian.Uint64(buf[24:])
-	h.key = Key{
-		Object: string(buf[fixedHeader : fixedHeader+ol]),
-		ETag:   string(buf[fixedHeader+ol : n]),
-		Block:  int64(binary.LittleEndian.Uint64(buf[32:])),
-	}
+	h.block = int64(binary.LittleEndian.Uint64(buf[32:]))
+	h.object = buf[fixedHeader : fixedHeader+ol]
+	h.etag = buf[fixedHeader+ol : n]
 	h.headerLen = int(n + 8)
-	if h.rawLen > maxRawLen || h.flags&^flagS2 != 0 {
+	// A compressed payload is stored only when smaller than the raw bytes.
+	if h.rawLen > maxRawLen || h.flags&^flagS2 != 0 ||
+		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen {
 		return h, fmt.Errorf("%w: header fields", errCorrupt)
 	}
 	return h, nil
 }
 
-// decodeBlock checks the whole file buf against k and returns the raw bytes.
-// A raw block is returned as a sub-slice of buf (no copy).
+// decodeBlock checks the whole record buf against k and returns the raw
+// bytes. A raw block is returned as a sub-slice of buf (no copy).
 func decodeBlock(buf []byte, k Key) ([]byte, error) {
 	h, err := parseHeader(buf)
+	if errors.Is(err, errShortHeader) {
+		return nil, fmt.Errorf("%w: truncated header", errCorrupt)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if h.key != k {
+	if string(h.object) != k.Object || string(h.etag) != k.ETag || h.block != k.Block {
 		return nil, fmt.Errorf("%w: key mismatch", errCorrupt)
 	}
+	return decodePayload(buf, &h)
+}
+
+// decodePayload checks the payload of the record buf, whose header is h,
+// and returns the raw bytes.
+func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 	payload := buf[h.headerLen:]
 	if uint64(len(payload)) != h.payloadLen {
 		return nil, fmt.Errorf("%w: payload length", errCorrupt)
@@ -224,7 +299,122 @@ func decodeBlock(buf []byte, k Key) ([]byte, error) {
 	return raw, nil
 }
 
-// isTempName reports whether name is a temporary file of an unfinished write.
-func isTempName(name string) bool { return strings.HasPrefix(name, tempPrefix) }
+// recInfo is one record found by scanSegment.
+type recInfo struct {
+	id  uint64
+	off int64
+	n   int64 // record length
+	// From the header, for StatDir.
+	rawLen, payloadLen uint64
+	flags              byte
+	// Set by resolve.
+	dead   bool // superseded by a newer record of the id, or listed dead
+	listed bool // in the dead list saved by the last Close
+}
 
+// scanEnd says why scanSegment stopped.
+type scanEnd int
+
+const (
+	scanComplete scanEnd = iota // every byte up to size is a valid record
+	scanTorn                    // the last record is incomplete: a write cut short
+	scanCorrupt                 // bytes that are not a record (or a bad segment header)
+	scanStopped                 // fn returned false
+)
+
+// scanSegment reads the segment header and then the record headers of the
+// segment r holds in its first size bytes, without reading payloads, and
+// calls fn for each valid record in order until fn returns false. A torn or
+// invalid record ends the scan: the records before it stay valid. It
+// returns where the valid records end and why it stopped; err is an I/O
+// error.
+func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (end int64, why scanEnd, err error) {
+	var sh [segHeaderLen]byte
+	if size < segHeaderLen {
+		return 0, scanTorn, nil
+	}
+	if _, err := r.ReadAt(sh[:], 0); err != nil {
+		return 0, scanTorn, ioErr(err)
+	}
+	if string(sh[0:4]) != segMagic || sh[4] != segVersion || binary.LittleEndian.Uint64(sh[8:]) != seq {
+		return 0, scanCorrupt, nil
+	}
+	// Headers are read through a window: one pread per header for large
+	// records, several headers per pread for small ones.
+	var (
+		buf  = make([]byte, 64<<10)
+		wOff = int64(-1)
+		wLen = 0
+	)
+	chunk := 1 << 10
+	// get returns the n bytes at off (fewer at the end of the segment).
+	get := func(off int64, n int) ([]byte, error) {
+		if wOff >= 0 && off >= wOff && off+int64(n) <= wOff+int64(wLen) {
+			return buf[off-wOff : off-wOff+int64(n)], nil
+		}
+		want := max(n, chunk)
+		if want > len(buf) {
+			buf = make([]byte, want)
+		}
+		want = int(min(int64(want), size-off))
+		m, err := r.ReadAt(buf[:want], off)
+		if m < want {
+			wOff = -1
+			return nil, ioErr(err)
+		}
+		wOff, wLen = off, m
+		return buf[:min(n, m)], nil
+	}
+	off := int64(segHeaderLen)
+	for off < size {
+		b, err := get(off, fixedHeader+8+256) // a typical header in one read
+		if err != nil {
+			return off, scanTorn, err
+		}
+		h, perr := parseHeader(b)
+		if errors.Is(perr, errShortHeader) && len(b) < fixedHeader+maxKeyLen+8 {
+			// The key is longer than the first read: read the whole header.
+			want := fixedHeader + 8
+			if len(b) >= fixedHeader {
+				want += int(binary.LittleEndian.Uint32(b[40:])) + int(binary.LittleEndian.Uint32(b[44:]))
+			}
+			if b, err = get(off, want); err != nil {
+				return off, scanTorn, err
+			}
+			h, perr = parseHeader(b)
+		}
+		if errors.Is(perr, errShortHeader) {
+			return off, scanTorn, nil
+		}
+		if perr != nil {
+			return off, scanCorrupt, nil
+		}
+		n := h.recordLen()
+		if off+n > size {
+			return off, scanTorn, nil
+		}
+		ri := recInfo{id: keyHashBytes(h.object, h.etag, h.block), off: off, n: n,
+			rawLen: h.rawLen, payloadLen: h.payloadLen, flags: h.flags}
+		if !fn(ri) {
+			return off + n, scanStopped, nil
+		}
+		off += n
+		if n < 16<<10 {
+			chunk = 64 << 10 // small records: read many headers at once
+		} else {
+			chunk = 1 << 10 // large ones: one header per read
+		}
+	}
+	return off, scanComplete, nil
+}
+
+// ioErr drops io.EOF, which in a scan means a short file, not an error.
+func ioErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// tempPrefix names the temporary file of a state file being saved.
 const tempPrefix = ".tmp-"

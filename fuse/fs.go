@@ -310,3 +310,17 @@ func (f *FS) fail(op, what string, err error) syscall.Errno {
 func (n *fileNode) Writev(ctx context.Context, _ gofs.FileHandle, _ [][]byte, _ int64) (uint32, syscall.Errno) {
 	return 0, syscall.EROFS
 }
+
+// Walk lists every directory of the mount, parallel LISTs at a time, and
+// returns every file (for a manifest). It shares listings with lookups and
+// readdirs: a directory already listed costs nothing, and the walk's
+// listings serve later lookups. With refresh, listings made before the walk
+// are fetched again. gate runs before each LIST (a walk can yield to reads
+// that way); an error from it stops the walk.
+func (f *FS) Walk(ctx context.Context, refresh bool, parallel int, gate func(context.Context) error) ([]store.Object, error) {
+	objs, err := f.ns.walk(ctx, f.cfg.Prefix, refresh, parallel, gate)
+	if err != nil {
+		return nil, fmt.Errorf("walk the namespace: %w", err)
+	}
+	return objs, nil
+}

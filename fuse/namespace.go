@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/dataccel/dataccel/store"
@@ -58,10 +59,15 @@ func newNamespace(st store.Store, ttl time.Duration, log *slog.Logger) *namespac
 // list returns the listing of dir (a prefix ending in "/", or ""), fetching
 // it when absent or older than the TTL. Concurrent callers share one fetch.
 func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
+	return ns.listAt(ctx, dir, time.Time{})
+}
+
+// listAt is list that also re-fetches a listing built before notBefore.
+func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time) (*listing, error) {
 	ns.mu.Lock()
 	l := ns.dirs[dir]
 	ns.mu.Unlock()
-	if l != nil && ns.now().Sub(l.at) < ns.ttl {
+	if l != nil && ns.now().Sub(l.at) < ns.ttl && !l.at.Before(notBefore) {
 		return l, nil
 	}
 	// The fetch runs on its own context so that one caller's interrupt does
@@ -300,4 +306,53 @@ func (ns *namespace) files(dir string) []store.Object {
 		}
 	}
 	return out
+}
+
+// walk lists every directory under root, parallel at a time, through the
+// listing cache: a directory that a lookup or readdir has listed (or is
+// listing) costs no second LIST, and the walk's listings serve later
+// lookups. With refresh, listings older than the walk are fetched again.
+// gate runs before each LIST, so that the walk can yield to reads. It
+// returns every file under root, for a manifest.
+func (ns *namespace) walk(ctx context.Context, root string, refresh bool, parallel int, gate func(context.Context) error) ([]store.Object, error) {
+	var notBefore time.Time
+	if refresh {
+		notBefore = ns.now()
+	}
+	var (
+		mu    sync.Mutex
+		files []store.Object // guarded by mu
+		next  []string       // guarded by mu; the level below
+	)
+	// Level by level: a bounded group per level, and no goroutine waiting
+	// per pending directory.
+	for level := []string{root}; len(level) > 0; level, next = next, nil {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(parallel)
+		for _, dir := range level {
+			g.Go(func() error {
+				if err := gate(gctx); err != nil {
+					return err
+				}
+				l, err := ns.listAt(gctx, dir, notBefore)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, e := range l.entries {
+					if e.dir {
+						next = append(next, dir+e.name+"/")
+					} else {
+						files = append(files, e.obj)
+					}
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

@@ -81,12 +81,23 @@ type Hedged struct {
 	fresh   int             // guarded by mu: samples since delay was computed
 	delay   time.Duration   // guarded by mu: current hedge delay
 	tokens  float64         // guarded by mu: duplicates we may still send
+	winRate float64         // guarded by mu: running share of duplicates that answered first
 }
+
+// A duplicate that seldom answers first is pure load: slowness that hits
+// both attempts alike (a saturated client or server) is not helped by
+// asking twice. Below goodWinRate the budget shrinks in proportion, to no
+// less than minBudgetShare of Ratio, which keeps probing.
+const (
+	goodWinRate    = 0.2
+	minBudgetShare = 0.1
+	winRateAlpha   = 1.0 / 16
+)
 
 // NewHedged wraps s.
 func NewHedged(s store.Store, opts HedgeOptions) *Hedged {
 	opts = opts.withDefaults()
-	return &Hedged{Store: s, opts: opts, delay: opts.InitialDelay, tokens: opts.Burst}
+	return &Hedged{Store: s, opts: opts, delay: opts.InitialDelay, tokens: opts.Burst, winRate: goodWinRate}
 }
 
 // Delay is the current hedge delay.
@@ -135,6 +146,9 @@ func (h *Hedged) ReadRange(ctx context.Context, obj store.Object, off, n int64) 
 				h.record(a.lat)
 				if a.hedge {
 					h.opts.Stats.HedgeWins.Add(1)
+				}
+				if hedged {
+					h.outcome(a.hedge)
 				}
 				// Stop the slower attempt now: its context is the caller's
 				// (a loader's lives as long as the mount).
@@ -226,7 +240,15 @@ func (b *hedgedBody) Close() error {
 
 func (h *Hedged) earn() {
 	h.mu.Lock()
-	h.tokens = min(h.tokens+h.opts.Ratio, h.opts.Burst)
+	share := max(minBudgetShare, min(1, h.winRate/goodWinRate))
+	h.tokens = min(h.tokens+h.opts.Ratio*share, h.opts.Burst)
+	h.mu.Unlock()
+}
+
+// outcome records whether a duplicate, once sent, answered first.
+func (h *Hedged) outcome(hedgeWon bool) {
+	h.mu.Lock()
+	h.winRate += winRateAlpha * (float64(btoi(hedgeWon)) - h.winRate)
 	h.mu.Unlock()
 }
 

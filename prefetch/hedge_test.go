@@ -150,3 +150,59 @@ func TestHedgedBudgetAndDelay(t *testing.T) {
 		t.Errorf("delay %v after 40 GETs of ~2ms, want about their p95", d)
 	}
 }
+
+// TestHedgedBudgetFollowsWins: duplicates that never answer first (slowness
+// that asking twice does not cure) shrink the budget to a probe; duplicates
+// that win keep the full budget.
+func TestHedgedBudgetFollowsWins(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		latency  func(n int) time.Duration // of the n-th call for one key
+		gets     int
+		min, max int64
+	}{
+		// Full budget: burst 10 + 5% of 400 = 30.
+		{"duplicates win", func(n int) time.Duration {
+			if n == 0 {
+				return 20 * time.Millisecond
+			}
+			return 0
+		}, 400, 25, 30},
+		// Without adapting: 10 + 5% of 2000 = 110. Adapting: the burst, then
+		// about a tenth of the rate, which still probes.
+		{"duplicates lose", func(n int) time.Duration {
+			if n == 0 {
+				return 2 * time.Millisecond
+			}
+			return 20 * time.Millisecond
+		}, 2000, 11, 55},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			objs := make([]store.Object, tc.gets)
+			for i := range objs {
+				objs[i] = st.add(fmt.Sprintf("o%d", i), 2000)
+			}
+			st.latency = callLatency(tc.latency)
+			stats := &Stats{}
+			h := NewHedged(st, HedgeOptions{InitialDelay: 100 * time.Microsecond, Floor: 100 * time.Microsecond, MinSamples: 1 << 20, Stats: stats})
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 16)
+			for _, obj := range objs {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					if b, err := tryRead(h, obj, 0, obj.Size); err != nil || !bytes.Equal(b, st.data(obj.Key)) {
+						t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
+					}
+				})
+			}
+			wg.Wait()
+			n := stats.Hedges.Load()
+			t.Logf("%d hedges, %d won, for %d GETs", n, stats.HedgeWins.Load(), tc.gets)
+			if n < tc.min || n > tc.max {
+				t.Errorf("%d hedges for %d GETs; want %d..%d", n, tc.gets, tc.min, tc.max)
+			}
+		})
+	}
+}

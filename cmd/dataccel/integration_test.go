@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store/s3"
@@ -218,19 +219,41 @@ func TestCorruptCacheThroughMount(t *testing.T) {
 	m := startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m.dir, files)
 	m.unmount(t)
+	// Records sit back to back in segment files, each starting with its
+	// magic: a byte 100 bytes before the next record is in a payload.
 	flipped := 0
-	filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() || filepath.Dir(p) == cacheDir || fi.Size() < 1000 {
-			return err
+	segs, _ := filepath.Glob(filepath.Join(cacheDir, "segments", "*.seg"))
+	for _, p := range segs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if flipped%2 == 0 { // every other block
-			b, _ := os.ReadFile(p)
-			b[len(b)-100] ^= 0xff
-			os.WriteFile(p, b, 0o644)
+		var starts []int
+		for i := 0; ; {
+			j := bytes.Index(b[i:], []byte("DACB"))
+			if j < 0 {
+				break
+			}
+			starts = append(starts, i+j)
+			i += j + 4
 		}
-		flipped++
-		return nil
-	})
+		for k, s := range starts {
+			end := len(b)
+			if k+1 < len(starts) {
+				end = starts[k+1]
+			}
+			if end-s < 1000 {
+				continue
+			}
+			if flipped%2 == 0 { // every other block
+				b[end-100] ^= 0xff
+			}
+			flipped++
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if flipped < 50 {
 		t.Fatalf("only %d block files in the cache", flipped)
 	}
@@ -289,15 +312,10 @@ func TestWarmResume(t *testing.T) {
 	}
 }
 
+// countBlocks counts the blocks in a cache dir, also while a process writes it.
 func countBlocks(dir string) (int, error) {
-	n := 0
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() && filepath.Dir(p) != dir && !strings.Contains(fi.Name(), ".tmp") {
-			n++
-		}
-		return nil
-	})
-	return n, err
+	st, err := cache.StatDir(dir)
+	return int(st.Entries), err
 }
 
 // logInt finds key=N in slog text output.

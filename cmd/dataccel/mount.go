@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -298,7 +299,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if p.manifestMode != "off" && (preload == nil || p.manifestMode == "refresh") {
 		// Without --cache-dir the listing still serves this mount: whole
 		// directories known up front, no LIST per directory later.
-		bgWork.Go(func() { refreshNamespace(bg, logger, st, m.FS, manifestPath, f.s3.endpoint, p.bucket, p.prefix) })
+		bgWork.Go(func() {
+			refreshNamespace(bg, logger, m.FS, preload != nil, &stats.prefetch.Inflight, manifestPath, f.s3.endpoint, p.bucket, p.prefix)
+		})
 	}
 	if p.prefetchListPaths != nil {
 		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {
@@ -400,16 +403,15 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 	return cache.NewTiered(ram, disk), closeAll, nil
 }
 
-// refreshNamespace lists the whole prefix in parallel, installs it in the
-// mount and saves it as the manifest for the next mount.
-func refreshNamespace(ctx context.Context, logger *slog.Logger, st store.Store, fsys *fuse.FS, path, endpoint, bucket, prefix string) {
+// refreshNamespace lists every directory of the mount in the background and
+// saves the result as the manifest for the next mount. It walks through the
+// mount's own listing cache, so directories that readers list are listed
+// once, and it yields to reads: a LIST costs the server far more than a GET
+// (metadata of every key), and the first epoch starts while this runs.
+func refreshNamespace(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, refresh bool, busy *atomic.Int64, path, endpoint, bucket, prefix string) {
 	start := time.Now()
-	var objs []store.Object
-	// A few LISTs in flight: this runs while the first epoch starts, and a
-	// listing costs the server far more than a GET (metadata of every key).
-	err := store.ListAll(ctx, st, prefix, 4, func(o store.Object) error {
-		objs = append(objs, o)
-		return nil
+	objs, err := fsys.Walk(ctx, refresh, 2, func(ctx context.Context) error {
+		return yieldTo(ctx, busy, time.Second)
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -417,7 +419,6 @@ func refreshNamespace(ctx context.Context, logger *slog.Logger, st store.Store, 
 		}
 		return
 	}
-	fsys.Load(objs)
 	logger.Info("namespace listed", "objects", len(objs), "took", time.Since(start).Round(time.Millisecond))
 	if path == "" {
 		return
@@ -425,6 +426,21 @@ func refreshNamespace(ctx context.Context, logger *slog.Logger, st store.Store, 
 	if err := store.SaveManifest(path, &store.Manifest{Endpoint: endpoint, Bucket: bucket, Prefix: prefix, Created: start, Objects: objs}); err != nil {
 		logger.Warn("namespace manifest not saved", "err", err)
 	}
+}
+
+// yieldTo waits until no GET is in flight (busy is the gauge), or at most
+// maxWait, so that background work takes idle moments but still progresses
+// under constant load.
+func yieldTo(ctx context.Context, busy *atomic.Int64, maxWait time.Duration) error {
+	const poll = 20 * time.Millisecond
+	for waited := time.Duration(0); busy.Load() > 0 && waited < maxWait; waited += poll {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+	return ctx.Err()
 }
 
 // readiness: the mount is live and the store answered recently.
