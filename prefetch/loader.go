@@ -250,6 +250,47 @@ func (l *Loader) SetSiblings(s Siblings) {
 	}
 }
 
+// fillWindow is how many blocks of one object Fill fetches at once.
+const fillWindow = 8
+
+// Fill makes sure every block of obj is in the cache tier: blocks the tier
+// has are skipped from its index alone (counted as cache hits), the others
+// are fetched (joining fetches in flight), fillWindow at a time, and waited
+// for. Nothing is copied out: this is warm's read, which wants the bytes in
+// the cache only.
+func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
+	c, _ := l.tier.(interface{ Contains(cache.Key) bool })
+	var pending []handle
+	wait := func(h handle) error {
+		_, err := l.wait(ctx, h)
+		l.release(h, relConsumed)
+		return err
+	}
+	var err error
+	for i := int64(0); i < l.numBlocks(obj) && err == nil; i++ {
+		if c != nil && c.Contains(key(obj, i)) {
+			l.stats.CacheHits.Add(1)
+			continue
+		}
+		h, serr := l.startRead(obj, i)
+		if serr != nil {
+			err = serr
+			break
+		}
+		pending = append(pending, h)
+		if len(pending) == fillWindow {
+			err = wait(pending[0])
+			pending = pending[1:]
+		}
+	}
+	for _, h := range pending {
+		if werr := wait(h); err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
 // numBlocks is how many blocks obj has.
 func (l *Loader) numBlocks(obj store.Object) int64 {
 	switch {

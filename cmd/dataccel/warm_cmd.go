@@ -182,7 +182,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			label = fmt.Sprintf("warm, pass %d", pass)
 		}
 		dropped := cstats.DiskDropped.Load()
-		failed, werr = warmPass(ctx, loader, pending, p.blockSize, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))))
+		failed, werr = warmPass(ctx, loader, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))))
 		disk.Flush()
 		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
 			break
@@ -205,14 +205,14 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 
 // warmPass reads every object of objs through the loader, concurrency at a
 // time, and returns the ones that failed.
-func warmPass(ctx context.Context, loader *prefetch.Loader, objs []store.Object, block int64, concurrency int, bar *bench.Bar) ([]warmFailure, error) {
+func warmPass(ctx context.Context, loader *prefetch.Loader, objs []store.Object, concurrency int, bar *bench.Bar) ([]warmFailure, error) {
 	var mu sync.Mutex
 	var failed []warmFailure
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(concurrency)
 	for _, o := range objs {
 		g.Go(func() error {
-			if err := readThrough(gctx, loader.Open(o), o.Size, block); err != nil {
+			if err := loader.Fill(gctx, o); err != nil {
 				if gctx.Err() != nil {
 					return gctx.Err()
 				}
@@ -250,19 +250,6 @@ func notCached(disk *cache.Disk, objs []store.Object, block int64, failed []warm
 		}
 	}
 	return out
-}
-
-// readThrough reads a whole object through r in block-sized pieces,
-// discarding the bytes: the reader's loader fills the cache on the way.
-func readThrough(ctx context.Context, r prefetch.Reader, size, block int64) error {
-	defer r.Close()
-	buf := make([]byte, min(size, block))
-	for off := int64(0); off < size; off += int64(len(buf)) {
-		if _, err := r.ReadAt(ctx, buf[:min(int64(len(buf)), size-off)], off); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-	}
-	return nil
 }
 
 func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string) error {

@@ -1,0 +1,79 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/dataccel/dataccel/cache"
+)
+
+// indexedTier is a mapTier with the index lookup the disk tier has.
+type indexedTier struct{ *mapTier }
+
+func (t indexedTier) Contains(k cache.Key) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[k]
+	return ok
+}
+
+// TestFill: every block lands in the tier with the right bytes, one GET per
+// block even with two fillers at once, and a second fill costs no GET.
+func TestFill(t *testing.T) {
+	st := newFakeStore()
+	tier := indexedTier{newMapTier()}
+	stats := &Stats{}
+	l := newTestLoader(t, st, tier, Options{BlockSize: 64 << 10, Stats: stats})
+	sizes := []int64{0, 1, 5000, 64 << 10, 64<<10 + 1, 20 * 64 << 10} // empty, small, exactly a block, multi-block (> fillWindow blocks)
+	var blocks int64
+	for i, n := range sizes {
+		o := st.add(fmt.Sprintf("f%d", i), n)
+		blocks += l.numBlocks(o)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 2 {
+		for i := range sizes {
+			wg.Go(func() {
+				o, _ := st.Stat(ctx, fmt.Sprintf("f%d", i))
+				if err := l.Fill(ctx, o); err != nil {
+					t.Errorf("fill %s: %v", o.Key, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if g := st.gets.Load(); g != blocks {
+		t.Fatalf("%d GETs for %d blocks; want one each", g, blocks)
+	}
+	for i := range sizes {
+		o, _ := st.Stat(ctx, fmt.Sprintf("f%d", i))
+		var got []byte
+		for b := range l.numBlocks(o) {
+			part, ok := tier.Get(key(o, b))
+			if !ok {
+				t.Fatalf("%s block %d not in the tier", o.Key, b)
+			}
+			got = append(got, part...)
+		}
+		if !bytes.Equal(got, st.data(o.Key)) {
+			t.Fatalf("%s: tier holds %d bytes that differ from the object's %d", o.Key, len(got), o.Size)
+		}
+	}
+	hits := stats.CacheHits.Load()
+	for i := range sizes {
+		o, _ := st.Stat(ctx, fmt.Sprintf("f%d", i))
+		if err := l.Fill(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := st.gets.Load(); g != blocks {
+		t.Fatalf("a second fill made %d GETs; want 0", g-blocks)
+	}
+	if h := stats.CacheHits.Load() - hits; h != blocks {
+		t.Fatalf("a second fill counted %d cache hits; want %d", h, blocks)
+	}
+}
