@@ -88,8 +88,9 @@ func TestNoControl(t *testing.T) {
 	}
 }
 
-// TestManifestLoad: with a full listing loaded, walking the tree and
-// reading every file costs no LIST and no HEAD.
+// TestManifestLoad: a mount preloaded with the listings an earlier mount
+// made (a manifest) walks the tree and reads every file with no LIST and
+// no HEAD.
 func TestManifestLoad(t *testing.T) {
 	raw := srv.NewBucket(t)
 	want := map[string]string{}
@@ -99,36 +100,47 @@ func TestManifestLoad(t *testing.T) {
 		testenv.Put(t, raw, k, []byte(k))
 	}
 	testenv.Put(t, raw, "m/d9/", nil) // marker: an empty directory
-	var objs []store.Object
-	if err := store.ListAll(t.Context(), raw, "m/", 4, func(o store.Object) error { objs = append(objs, o); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	st := store.NewCounting(raw)
-	m := mountCfg(t, Config{Store: st, Prefix: "m/", MetadataTTL: time.Hour})
-	m.FS.Load(objs)
-	n := 0
-	err := filepath.Walk(m.Dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
+	walk := func(dir string) (files int) {
+		t.Helper()
+		err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			b, err := os.ReadFile(p)
+			if err != nil || string(b) != want[rel] {
+				return fmt.Errorf("%s: %q %v", rel, b, err)
+			}
+			files++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		rel, _ := filepath.Rel(m.Dir, p)
-		b, err := os.ReadFile(p)
-		if err != nil || string(b) != want[rel] {
-			return fmt.Errorf("%s: %q %v", rel, b, err)
+		if _, err := os.Stat(filepath.Join(dir, "d9")); err != nil {
+			t.Fatalf("marker directory: %v", err)
 		}
-		n++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		return files
 	}
-	if n != len(want) {
+	first := store.NewCounting(raw)
+	m1 := mountCfg(t, Config{Store: first, Prefix: "m/", MetadataTTL: time.Hour})
+	if n := walk(m1.Dir); n != len(want) {
 		t.Fatalf("%d files, want %d", n, len(want))
 	}
-	if _, err := os.Stat(filepath.Join(m.Dir, "d9")); err != nil {
-		t.Fatalf("marker directory: %v", err)
+	dirs, gen := m1.FS.Snapshot()
+	if want := int64(len(dirs)); first.C.Lists.Load() != want || gen != uint64(want) {
+		t.Fatalf("first mount: %d LISTs, generation %d, for %d directories; want one each", first.C.Lists.Load(), gen, want)
+	}
+
+	st := store.NewCounting(raw)
+	m := mountCfg(t, Config{Store: st, Prefix: "m/", MetadataTTL: time.Hour, Preload: dirs})
+	if n := walk(m.Dir); n != len(want) {
+		t.Fatalf("%d files, want %d", n, len(want))
 	}
 	if l, s := st.C.Lists.Load(), st.C.Stats.Load(); l != 0 || s != 0 {
 		t.Fatalf("%d LIST and %d HEAD requests with a loaded manifest", l, s)
+	}
+	if g := m.FS.Generation(); g != 1 {
+		t.Fatalf("generation %d after a preload and no listing; want 1", g)
 	}
 }

@@ -59,9 +59,9 @@ type Config struct {
 	Debug       bool
 	// Control, when set, serves the control directory (.dataccel/).
 	Control Control
-	// Preload, when set, is a full listing of Prefix (a manifest) installed
-	// before the mount serves.
-	Preload []store.Object
+	// Preload: directory listings saved by an earlier mount (a manifest),
+	// installed before the mount serves.
+	Preload []store.ManifestDir
 }
 
 // FS is the mounted filesystem's state shared by all nodes.
@@ -90,10 +90,21 @@ func (f *FS) Next(key string, n int) []store.Object { return f.ns.next(key, n) }
 // from cached listings only.
 func (f *FS) Files(dir string) []store.Object { return f.ns.files(dir) }
 
-// Load installs a full listing of the mounted prefix (from a manifest or a
-// parallel listing): afterwards stat, readdir and open cost no request
-// until the metadata TTL passes.
-func (f *FS) Load(objs []store.Object) { f.ns.load(f.cfg.Prefix, objs) }
+// Restore installs directory listings saved by an earlier mount (a
+// manifest): afterwards, stat, readdir and open in those directories cost
+// no request until the metadata TTL passes.
+func (f *FS) Restore(dirs []store.ManifestDir) { f.ns.restore(f.cfg.Prefix, dirs) }
+
+// Snapshot returns the directory listings the mount holds (for a manifest)
+// and a generation number that changes whenever a listing is made.
+func (f *FS) Snapshot() ([]store.ManifestDir, uint64) { return f.ns.snapshot() }
+
+// Generation is the number Snapshot would return, without the copy.
+func (f *FS) Generation() uint64 {
+	f.ns.mu.Lock()
+	defer f.ns.mu.Unlock()
+	return f.ns.gen
+}
 
 func inoOf(key string) uint64 {
 	h := fnv.New64a()
@@ -311,16 +322,13 @@ func (n *fileNode) Writev(ctx context.Context, _ gofs.FileHandle, _ [][]byte, _ 
 	return 0, syscall.EROFS
 }
 
-// Walk lists every directory of the mount, parallel LISTs at a time, and
-// returns every file (for a manifest). It shares listings with lookups and
-// readdirs: a directory already listed costs nothing, and the walk's
-// listings serve later lookups. With refresh, listings made before the walk
-// are fetched again. gate runs before each LIST (a walk can yield to reads
-// that way); an error from it stops the walk.
-func (f *FS) Walk(ctx context.Context, refresh bool, parallel int, gate func(context.Context) error) ([]store.Object, error) {
-	objs, err := f.ns.walk(ctx, f.cfg.Prefix, refresh, parallel, gate)
-	if err != nil {
-		return nil, fmt.Errorf("walk the namespace: %w", err)
+// Refresh lists again the given directories (key prefixes ending in "/"),
+// parallel LISTs at a time, replacing the listings made before the call.
+// gate runs before each LIST (a refresh can yield to reads that way); an
+// error from it stops the refresh.
+func (f *FS) Refresh(ctx context.Context, dirs []string, parallel int, gate func(context.Context) error) error {
+	if err := f.ns.refresh(ctx, dirs, parallel, gate); err != nil {
+		return fmt.Errorf("refresh the namespace: %w", err)
 	}
-	return objs, nil
+	return nil
 }

@@ -57,7 +57,13 @@ func FuzzKeyToPath(f *testing.F) {
 				}
 			}
 		}
-		ns.load("", []store.Object{{Key: k1, Size: 1}, {Key: k2, Size: 2}})
+		// A manifest is a file: a damaged or crafted one must not put an
+		// unsafe name in the mount either.
+		ns.restore("", []store.ManifestDir{
+			{Dir: "", Subdirs: []string{k1, k2}, Files: []store.Object{{Key: k1, Size: 1}, {Key: k2, Size: 2}}},
+			{Dir: k1, Files: []store.Object{{Key: k1 + k2, Size: 3}}},
+			{Dir: k2 + "/", Subdirs: []string{k1}, Files: []store.Object{{Key: k2 + "/" + k1, Size: 3}}},
+		})
 		ns.mu.Lock()
 		defer ns.mu.Unlock()
 		for dir, l := range ns.dirs {

@@ -180,7 +180,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 	}
 	fsys := newFS(cfg)
 	if cfg.Preload != nil {
-		fsys.Load(cfg.Preload)
+		fsys.Restore(cfg.Preload)
 	}
 	root := &dirNode{fsys: fsys, key: cfg.Prefix}
 	ttl := fsys.cfg.MetadataTTL

@@ -49,6 +49,7 @@ type namespace struct {
 
 	mu     sync.Mutex
 	dirs   map[string]*listing // guarded by mu; key: directory prefix ending in "/" (or "" for the bucket root)
+	gen    uint64              // guarded by mu; bumped when a listing is installed
 	warned map[string]bool     // guarded by mu; keys already warned about
 }
 
@@ -81,6 +82,7 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 		}
 		ns.mu.Lock()
 		ns.dirs[dir] = l
+		ns.gen++
 		ns.mu.Unlock()
 		return l, nil
 	})
@@ -150,64 +152,74 @@ func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
 	return l
 }
 
-// load replaces the listings of root and every directory below it with
-// ones built from a full listing of root (a manifest): afterwards, lookups
-// and readdirs under root cost no request until the TTL passes.
-func (ns *namespace) load(root string, objs []store.Object) {
-	builders := map[string]*dirBuilder{root: newDirBuilder()}
-	ensure := func(dir string) *dirBuilder {
-		b := builders[dir]
-		if b == nil {
-			b = newDirBuilder()
-			builders[dir] = b
+// snapshot returns every cached listing (for a manifest) and the
+// generation: a number that changes whenever a listing is installed.
+func (ns *namespace) snapshot() ([]store.ManifestDir, uint64) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	out := make([]store.ManifestDir, 0, len(ns.dirs))
+	for dir, l := range ns.dirs {
+		md := store.ManifestDir{Dir: dir}
+		for _, e := range l.entries {
+			if e.dir {
+				md.Subdirs = append(md.Subdirs, e.name)
+			} else {
+				md.Files = append(md.Files, e.obj)
+			}
 		}
-		return b
+		out = append(out, md)
 	}
-	for _, o := range objs {
-		if !strings.HasPrefix(o.Key, root) {
+	sort.Slice(out, func(i, j int) bool { return out[i].Dir < out[j].Dir })
+	return out, ns.gen
+}
+
+// restore installs listings from a manifest; those outside root are
+// ignored. A manifest is a file on disk: names are checked again as a
+// listing would check them, so a damaged or crafted one cannot put an
+// unsafe name in the mount.
+func (ns *namespace) restore(root string, dirs []store.ManifestDir) {
+	at := ns.now()
+	built := make(map[string]*listing, len(dirs))
+	for _, md := range dirs {
+		if !strings.HasPrefix(md.Dir, root) || !ns.validDir(md.Dir[len(root):]) {
 			continue
 		}
-		rest := o.Key[len(root):]
-		dir, skip := root, false
-		// Walk down the directories; stop at the first bad segment, as a
-		// per-directory listing would.
-		for {
-			i := strings.IndexByte(rest, '/')
-			if i < 0 {
-				break
+		b := newDirBuilder()
+		for _, name := range md.Subdirs {
+			if ns.validName(md.Dir+name+"/", name) {
+				b.dirs[name] = true
 			}
-			name := rest[:i]
-			if !ns.validName(o.Key, name) {
-				skip = true
-				break
+		}
+		for _, o := range md.Files {
+			name, ok := strings.CutPrefix(o.Key, md.Dir)
+			if ok && !o.IsPrefix && ns.validName(o.Key, name) {
+				b.files[name] = o
 			}
-			ensure(dir).dirs[name] = true
-			dir += name + "/"
-			ensure(dir)
-			rest = rest[i+1:]
 		}
-		if skip || rest == "" {
-			continue // skipped, or a marker object
-		}
-		if ns.validName(o.Key, rest) {
-			ensure(dir).files[rest] = o
-		}
-	}
-	at := ns.now()
-	built := make(map[string]*listing, len(builders))
-	for dir, b := range builders {
-		built[dir] = ns.build(b, at)
+		built[md.Dir] = ns.build(b, at)
 	}
 	ns.mu.Lock()
-	for dir := range ns.dirs {
-		if strings.HasPrefix(dir, root) {
-			delete(ns.dirs, dir)
-		}
-	}
 	for dir, l := range built {
 		ns.dirs[dir] = l
 	}
+	ns.gen++
 	ns.mu.Unlock()
+}
+
+// validDir says whether rel ("" or "a/b/") is a path of valid names.
+func (ns *namespace) validDir(rel string) bool {
+	if rel == "" {
+		return true
+	}
+	if !strings.HasSuffix(rel, "/") {
+		return false
+	}
+	for _, name := range strings.Split(strings.TrimSuffix(rel, "/"), "/") {
+		if invalidNameReason(name) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // validName says whether name can be a file name in the mount. Keys whose
@@ -308,51 +320,21 @@ func (ns *namespace) files(dir string) []store.Object {
 	return out
 }
 
-// walk lists every directory under root, parallel at a time, through the
-// listing cache: a directory that a lookup or readdir has listed (or is
-// listing) costs no second LIST, and the walk's listings serve later
-// lookups. With refresh, listings older than the walk are fetched again.
-// gate runs before each LIST, so that the walk can yield to reads. It
-// returns every file under root, for a manifest.
-func (ns *namespace) walk(ctx context.Context, root string, refresh bool, parallel int, gate func(context.Context) error) ([]store.Object, error) {
-	var notBefore time.Time
-	if refresh {
-		notBefore = ns.now()
+// refresh lists dirs again, parallel at a time, replacing listings made
+// before the call; gate runs before each LIST (to yield to reads) and an
+// error from it stops the refresh.
+func (ns *namespace) refresh(ctx context.Context, dirs []string, parallel int, gate func(context.Context) error) error {
+	notBefore := ns.now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for _, dir := range dirs {
+		g.Go(func() error {
+			if err := gate(gctx); err != nil {
+				return err
+			}
+			_, err := ns.listAt(gctx, dir, notBefore)
+			return err
+		})
 	}
-	var (
-		mu    sync.Mutex
-		files []store.Object // guarded by mu
-		next  []string       // guarded by mu; the level below
-	)
-	// Level by level: a bounded group per level, and no goroutine waiting
-	// per pending directory.
-	for level := []string{root}; len(level) > 0; level, next = next, nil {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(parallel)
-		for _, dir := range level {
-			g.Go(func() error {
-				if err := gate(gctx); err != nil {
-					return err
-				}
-				l, err := ns.listAt(gctx, dir, notBefore)
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				for _, e := range l.entries {
-					if e.dir {
-						next = append(next, dir+e.name+"/")
-					} else {
-						files = append(files, e.obj)
-					}
-				}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
+	return g.Wait()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,89 +12,67 @@ import (
 	"github.com/dataccel/dataccel/store"
 )
 
-// TestWalk lists a tree through the listing cache: every safe file once, one
-// LIST per directory not already listed, the gate before each LIST, and a
-// refresh that lists everything again.
-func TestWalk(t *testing.T) {
+// TestSnapshotRefresh: a snapshot holds what was listed (and nothing else),
+// restores into a fresh namespace that then lists nothing, and a refresh
+// lists each given directory once more, gated, and stops on a gate error.
+func TestSnapshotRefresh(t *testing.T) {
 	objs := map[string][]byte{
 		"data/a/1.jpg": nil, "data/a/2.jpg": nil,
 		"data/b/c/3.jpg": nil, "data/b/4.jpg": nil,
 		"data/5.jpg": nil, "data/a/../x": nil, // unsafe: skipped
-		"data/d/":     nil, // a marker object: a directory, not a file
 		"other/6.jpg": nil, // outside the prefix
 	}
-	want := []string{"data/5.jpg", "data/a/1.jpg", "data/a/2.jpg", "data/b/4.jpg", "data/b/c/3.jpg"}
-	const dirs = 5 // data/, data/a/, data/b/, data/b/c/, data/d/
-	for _, tc := range []struct {
-		name       string
-		prelisted  []string
-		refresh    bool
-		wantLists  int64
-		gateFails  bool
-		wantErrGot bool
-	}{
-		{name: "cold", wantLists: dirs},
-		{name: "a directory already listed is not listed again", prelisted: []string{"data/a/"}, wantLists: dirs},
-		{name: "refresh lists everything again", prelisted: []string{"data/a/", "data/b/"}, refresh: true, wantLists: dirs + 2},
-		{name: "a gate error stops the walk", gateFails: true, wantErrGot: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := store.NewCounting(memStore{objs: objs})
-			ns := newNamespace(st, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			ctx := context.Background()
-			for _, d := range tc.prelisted {
-				if _, err := ns.list(ctx, d); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var gates atomic.Int64
-			gate := func(context.Context) error {
-				gates.Add(1)
-				if tc.gateFails {
-					return errors.New("stop")
-				}
-				return nil
-			}
-			got, err := ns.walk(ctx, "data/", tc.refresh, 2, gate)
-			if tc.wantErrGot {
-				if err == nil {
-					t.Fatal("walk succeeded; want the gate's error")
-				}
-				if n := st.C.Lists.Load(); n != 0 {
-					t.Fatalf("%d LISTs after the gate refused; want 0", n)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var keys []string
-			for _, o := range got {
-				keys = append(keys, o.Key)
-			}
-			sort.Strings(keys)
-			if len(keys) != len(want) {
-				t.Fatalf("walk found %q; want %q", keys, want)
-			}
-			for i := range want {
-				if keys[i] != want[i] {
-					t.Fatalf("walk found %q; want %q", keys, want)
-				}
-			}
-			if n := st.C.Lists.Load(); n != tc.wantLists {
-				t.Fatalf("%d LISTs; want %d", n, tc.wantLists)
-			}
-			if n := gates.Load(); n != dirs {
-				t.Fatalf("gate ran %d times; want %d (once per directory)", n, dirs)
-			}
-			// The walk's listings serve lookups: no further LIST.
-			before := st.C.Lists.Load()
-			if _, ok, err := ns.lookup(ctx, "data/b/c/", "3.jpg"); err != nil || !ok {
-				t.Fatalf("lookup after walk: %v %v", ok, err)
-			}
-			if n := st.C.Lists.Load(); n != before {
-				t.Fatalf("lookup after the walk made %d LISTs; want 0", n-before)
-			}
-		})
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	st := store.NewCounting(memStore{objs: objs})
+	ns := newNamespace(st, time.Hour, discard)
+	listed := []string{"data/", "data/a/"} // data/b/ is never read
+	for _, d := range listed {
+		if _, err := ns.list(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, gen := ns.snapshot()
+	if len(snap) != len(listed) || gen != uint64(len(listed)) {
+		t.Fatalf("snapshot of %d directories at generation %d; want %d and %d", len(snap), gen, len(listed), len(listed))
+	}
+
+	st2 := store.NewCounting(memStore{objs: objs})
+	ns2 := newNamespace(st2, time.Hour, discard)
+	ns2.restore("data/", snap)
+	for _, tc := range []struct{ dir, name string }{{"data/", "5.jpg"}, {"data/a/", "2.jpg"}, {"data/", "b"}} {
+		if _, ok, err := ns2.lookup(ctx, tc.dir, tc.name); err != nil || !ok {
+			t.Fatalf("lookup %s%s after restore: %v %v", tc.dir, tc.name, ok, err)
+		}
+	}
+	if n := st2.C.Lists.Load(); n != 0 {
+		t.Fatalf("%d LISTs for restored directories; want 0", n)
+	}
+	if _, ok, _ := ns2.lookup(ctx, "data/b/", "4.jpg"); !ok || st2.C.Lists.Load() != 1 {
+		t.Fatalf("a directory the snapshot lacks: found %v with %d LISTs; want it listed on demand", ok, st2.C.Lists.Load())
+	}
+	// Restoring outside the root, or a bad directory path, installs nothing.
+	ns3 := newNamespace(st2, time.Hour, discard)
+	ns3.restore("data/", []store.ManifestDir{{Dir: "other/"}, {Dir: "data/../"}, {Dir: "data/x"}})
+	if snap3, _ := ns3.snapshot(); len(snap3) != 0 {
+		t.Fatalf("restore installed %d directories outside the root or with bad paths", len(snap3))
+	}
+
+	var gates atomic.Int64
+	gate := func(context.Context) error { gates.Add(1); return nil }
+	before := st2.C.Lists.Load()
+	if err := ns2.refresh(ctx, listed, 2, gate); err != nil {
+		t.Fatal(err)
+	}
+	if n := st2.C.Lists.Load() - before; n != int64(len(listed)) || gates.Load() != int64(len(listed)) {
+		t.Fatalf("refresh: %d LISTs, %d gates; want %d each", n, gates.Load(), len(listed))
+	}
+	stop := errors.New("stop")
+	before = st2.C.Lists.Load()
+	if err := ns2.refresh(ctx, listed, 2, func(context.Context) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("refresh with a failing gate: %v", err)
+	}
+	if n := st2.C.Lists.Load() - before; n != 0 {
+		t.Fatalf("%d LISTs after the gate refused; want 0", n)
 	}
 }

@@ -11,18 +11,36 @@ import (
 	"time"
 )
 
-// Manifest is a saved listing of every object under a prefix: with it, a
-// remount serves stat, readdir and open without one LIST or HEAD.
+// Manifest is a saved snapshot of the directory listings a mount made:
+// with it, a remount serves stat, readdir and open in those directories
+// without one LIST or HEAD. Directories it lacks are listed on demand.
 type Manifest struct {
 	Version  int
 	Endpoint string // where the listing came from, so another bucket's manifest is never used
 	Bucket   string
 	Prefix   string
 	Created  time.Time
-	Objects  []Object
+	Dirs     []ManifestDir
 }
 
-const manifestVersion = 1
+// ManifestDir is one directory's complete listing.
+type ManifestDir struct {
+	Dir     string   // key prefix ending in "/", or "" for the bucket root
+	Subdirs []string // names of the subdirectories
+	Files   []Object // the files directly in Dir
+}
+
+// Files counts the files of all the directories in m.
+func (m *Manifest) Files() int {
+	n := 0
+	for _, d := range m.Dirs {
+		n += len(d.Files)
+	}
+	return n
+}
+
+// Version 2: per-directory listings (version 1 was one flat listing).
+const manifestVersion = 2
 
 // ErrManifestMismatch: the manifest file is for another bucket or prefix.
 var ErrManifestMismatch = errors.New("manifest is for another bucket or prefix")

@@ -78,7 +78,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (under 5% extra GETs)")
-	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir: reuse (load it, list only if absent), refresh (load it, re-list in the background), off")
+	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or no progress, for this long")
 
@@ -258,13 +258,13 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.cacheDir != "" && p.manifestMode != "off" {
 		manifestPath = filepath.Join(f.cacheDir, "manifest-"+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
 	}
-	var preload []store.Object
+	var preload []store.ManifestDir
 	if manifestPath != "" {
 		m, err := store.LoadManifest(manifestPath, f.s3.endpoint, p.bucket, p.prefix)
 		switch {
 		case err == nil:
-			preload = m.Objects
-			logger.Info("namespace manifest loaded", "objects", len(m.Objects), "created", m.Created.Format(time.RFC3339))
+			preload = m.Dirs
+			logger.Info("namespace manifest loaded", "directories", len(m.Dirs), "files", m.Files(), "created", m.Created.Format(time.RFC3339))
 		case !errors.Is(err, os.ErrNotExist):
 			logger.Warn("namespace manifest unusable; listing instead", "err", err)
 		}
@@ -296,12 +296,21 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	var bgWork sync.WaitGroup
 	stopBG := func() { cancelBG(); bgWork.Wait() } // nothing may write the cache dir after this
 	defer stopBG()
-	if p.manifestMode != "off" && (preload == nil || p.manifestMode == "refresh") {
-		// Without --cache-dir the listing still serves this mount: whole
-		// directories known up front, no LIST per directory later.
+	if p.manifestMode == "refresh" && len(preload) > 0 {
+		dirs := make([]string, len(preload))
+		for i, d := range preload {
+			dirs[i] = d.Dir
+		}
 		bgWork.Go(func() {
-			refreshNamespace(bg, logger, m.FS, preload != nil, &stats.prefetch.Inflight, manifestPath, f.s3.endpoint, p.bucket, p.prefix)
+			err := m.FS.Refresh(bg, dirs, 2, func(ctx context.Context) error { return yieldTo(ctx, &stats.prefetch.Inflight, time.Second) })
+			if err != nil && bg.Err() == nil {
+				logger.Warn("refreshing the namespace manifest failed; stale directories are listed again after --metadata-ttl", "err", err)
+			}
 		})
+	}
+	if manifestPath != "" {
+		src := manifestSource{endpoint: f.s3.endpoint, bucket: p.bucket, prefix: p.prefix}
+		bgWork.Go(func() { saveManifests(bg, logger, m.FS, preload != nil, manifestPath, src, 2*time.Second) })
 	}
 	if p.prefetchListPaths != nil {
 		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {
@@ -403,28 +412,49 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 	return cache.NewTiered(ram, disk), closeAll, nil
 }
 
-// refreshNamespace lists every directory of the mount in the background and
-// saves the result as the manifest for the next mount. It walks through the
-// mount's own listing cache, so directories that readers list are listed
-// once, and it yields to reads: a LIST costs the server far more than a GET
-// (metadata of every key), and the first epoch starts while this runs.
-func refreshNamespace(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, refresh bool, busy *atomic.Int64, path, endpoint, bucket, prefix string) {
-	start := time.Now()
-	objs, err := fsys.Walk(ctx, refresh, 2, func(ctx context.Context) error {
-		return yieldTo(ctx, busy, time.Second)
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			logger.Warn("listing the namespace failed; directories are listed on demand", "err", err)
+type manifestSource struct{ endpoint, bucket, prefix string }
+
+// saveManifests keeps the manifest at path up to date with the listings the
+// mount makes: it saves them once no new listing has come for a quiet
+// period (a dataloader lists its directories in a burst at start), and
+// once more when ctx ends (unmount) if anything changed. Directories are
+// listed on demand only, never walked in the background: a job that reads
+// one subtree of a large bucket lists that subtree alone.
+func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, preloaded bool, path string, src manifestSource, quiet time.Duration) {
+	// Generation 1 is the preload, installed before the mount served: on
+	// disk already. Listings made since are not.
+	saved := uint64(0)
+	if preloaded {
+		saved = 1
+	}
+	save := func() {
+		dirs, gen := fsys.Snapshot()
+		if gen == saved {
+			return
 		}
-		return
+		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: time.Now(), Dirs: dirs}
+		if err := store.SaveManifest(path, m); err != nil {
+			logger.Warn("namespace manifest not saved", "err", err)
+			return
+		}
+		saved = gen
+		logger.Debug("namespace manifest saved", "directories", len(dirs), "files", m.Files())
 	}
-	logger.Info("namespace listed", "objects", len(objs), "took", time.Since(start).Round(time.Millisecond))
-	if path == "" {
-		return
-	}
-	if err := store.SaveManifest(path, &store.Manifest{Endpoint: endpoint, Bucket: bucket, Prefix: prefix, Created: start, Objects: objs}); err != nil {
-		logger.Warn("namespace manifest not saved", "err", err)
+	t := time.NewTicker(quiet)
+	defer t.Stop()
+	last := saved
+	for {
+		select {
+		case <-ctx.Done():
+			save()
+			return
+		case <-t.C:
+			if gen := fsys.Generation(); gen == last {
+				save()
+			} else {
+				last = gen
+			}
+		}
 	}
 }
 
