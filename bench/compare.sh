@@ -8,6 +8,8 @@
 #      then the warm re-read beside the local disk's (no peer mounted);
 #   C. listing a 10,000-file directory on fresh mounts;
 #   D. peak RSS of the dataccel mount process;
+#   F. `dataccel warm` into a fresh cache, then a cold epoch through a fresh mount using it, beside
+#      direct GETs (the issue's "or after warm");
 #   E. dataccel alone with 4 readers: cold epochs with --prefetch off, in directory order,
 #      and in a shuffled order that is announced (the prefetch modes side by side).
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
@@ -109,6 +111,20 @@ mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
   "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" "$S3_ROOT/$DS"
 umount_dataccel "$OUT/mnt-dataccel"
 
+say "F. after warm: dataccel warm fills a fresh cache, then a fresh mount reads an epoch from it, beside direct GETs"
+server_warm
+rm -rf "$OUT/cache-F"
+t0=$EPOCHREALTIME
+"$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
+WARM_S=$(awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }")
+mkdir -p "$OUT/mnt-dataccel"
+"$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" --ram-cache-size 1GiB "s3://$S3_BUCKET" "$OUT/mnt-dataccel" \
+  2>"$OUT/mnt-dataccel-F.log" &
+DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
+wait_for "dataccel on $OUT/mnt-dataccel" 60 grep -q msg=mounted "$OUT/mnt-dataccel-F.log"
+"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"
+umount_dataccel "$OUT/mnt-dataccel"
+
 say "C. listing a 10,000-file directory on fresh mounts"
 list_time() { # DIR -> seconds, with the server's metadata warm (a listing of its own first)
   local t0 n
@@ -139,7 +155,7 @@ for mode in off dir announced; do
 done
 
 say "summary"
-jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
+jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OUT/F.json" --arg warm_s "$WARM_S" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg ds "$DS" --arg order "$ORDER" '
@@ -150,6 +166,7 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
     warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
     announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
     alone_warm_s: {dataccel: ep($B[0];1), local: ep($B[2];1)},
+    after_warm_s: {warm: ($warm_s|tonumber), epoch: ep($f[0].paths[0];0), direct: ep($f[0].paths[1];0)},
     list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
     prefetch_modes_4_readers_s: {off: ep($eoff[0].paths[0];0), dir_order: ep($edir[0].paths[0];0), announced: ep($eann[0].paths[0];0)},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
@@ -157,6 +174,8 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" \
       "cold, no announcement: x the faster peer (>= 3)": (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel),
       "cold, announced: x s3fs cold (>= 10)": (.cold_s.s3fs / .announced_cold_s.dataccel),
       "cold, announced: x direct-GET ceiling (>= 0.67)": (.announced_cold_s.direct / .announced_cold_s.dataccel),
+      "after warm: epoch x direct-GET ceiling (>= 0.67)": (.after_warm_s.direct / .after_warm_s.epoch),
+      "after warm: warm + epoch x direct-GET ceiling": (.after_warm_s.direct / (.after_warm_s.warm + .after_warm_s.epoch)),
       "warm: x local-disk re-read, peers unmounted (>= 0.9)": (.alone_warm_s.local / .alone_warm_s.dataccel),
       "warm: x local-disk re-read, peers mounted beside": (.warm_s.local / .warm_s.dataccel),
       "listing 10k: x s3fs (>= 10)": (.list_10k_s.s3fs / .list_10k_s.dataccel),
@@ -168,9 +187,10 @@ jq -r '
   (["dataccel","s3fs","rclone","direct","local"][] as $k |
     "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),
   "dataccel announced     \(.announced_cold_s.dataccel*100|round/100) (\(.dataset.files/.announced_cold_s.dataccel|round)); direct GETs beside it \(.announced_cold_s.direct*100|round/100)",
+  "after warm             warm \(.after_warm_s.warm*100|round/100) s, then epoch \(.after_warm_s.epoch*100|round/100) (\(.dataset.files/.after_warm_s.epoch|round)); direct GETs beside it \(.after_warm_s.direct*100|round/100)",
   "warm, peers unmounted  dataccel \(.alone_warm_s.dataccel*1000|round) ms, local disk \(.alone_warm_s.local*1000|round) ms",
   "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
   "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
   "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
   (.targets | to_entries[] | "\(.key): \(.value*100|round/100)")' "$OUT/summary.json"
-echo; echo "JSON: $OUT/A.json $OUT/B.json $OUT/summary.json   HTML: $OUT/report.html"
+echo; echo "JSON: $OUT/A.json $OUT/B.json $OUT/F.json $OUT/summary.json   HTML: $OUT/report.html"
