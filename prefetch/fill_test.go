@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dataccel/dataccel/cache"
@@ -75,5 +76,45 @@ func TestFill(t *testing.T) {
 	}
 	if h := stats.CacheHits.Load() - hits; h != blocks {
 		t.Fatalf("a second fill counted %d cache hits; want %d", h, blocks)
+	}
+}
+
+// countingTier counts lookups.
+type countingTier struct {
+	*mapTier
+	gets atomic.Int64
+}
+
+func (t *countingTier) Get(k cache.Key) ([]byte, bool) {
+	t.gets.Add(1)
+	return t.mapTier.Get(k)
+}
+
+// TestTierHitKeptForNextPieces: a cached block read in kernel-sized pieces
+// costs one tier lookup, not one per piece (on disk each is a pread and a
+// checksum of the whole block), and its budget comes back once read.
+func TestTierHitKeptForNextPieces(t *testing.T) {
+	st := newFakeStore()
+	const size = 1 << 20 // one block, 8 kernel reads
+	obj := st.add("big", size)
+	tier := &countingTier{mapTier: newMapTier()}
+	tier.Put(key(obj, 0), st.data(obj.Key))
+	stats := &Stats{}
+	l := newTestLoader(t, st, tier, Options{BlockSize: 8 << 20, Stats: stats})
+	got, err := readAll(context.Background(), l, obj, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, st.data(obj.Key)) {
+		t.Fatal("wrong bytes")
+	}
+	if n := tier.gets.Load(); n != 1 {
+		t.Fatalf("%d tier lookups for 8 pieces of one block; want 1", n)
+	}
+	if st.gets.Load() != 0 {
+		t.Fatalf("%d GETs for a cached block", st.gets.Load())
+	}
+	if used := stats.MemInUse.Load(); used != 0 {
+		t.Fatalf("%d bytes of budget still held after the block was read to its end", used)
 	}
 }

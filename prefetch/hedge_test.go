@@ -174,8 +174,8 @@ func TestHedgedBudgetFollowsWins(t *testing.T) {
 			if n == 0 {
 				return 2 * time.Millisecond
 			}
-			return 20 * time.Millisecond
-		}, 2000, 11, 55},
+			return time.Second // cancelled when the first attempt answers
+		}, 2000, 11, 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore()

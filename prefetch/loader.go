@@ -369,7 +369,7 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 
 	_, n := l.blockRange(obj, i)
 	if data, ok := l.tierGet(k, n); ok {
-		return handle{data: data}, nil
+		return l.holdHit(obj, k, n, data), nil
 	}
 
 	l.mu.Lock()
@@ -385,6 +385,25 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 	f.refs++ // the reader's
 	f.used = true
 	return handle{f: f}, nil
+}
+
+// keepHitsAbove: a block from the cache tier longer than one kernel read
+// (128 KiB) will be read again in pieces. It is held like a fetched block,
+// under the budget, so that each piece does not cost another tier lookup:
+// on a disk hit that is a pread and checksum of the whole block per piece.
+const keepHitsAbove = 128 << 10
+
+// holdHit wraps a block from the tier in a finished flight that the reader
+// can keep ready (relKeep) for its next piece, when the budget has room;
+// otherwise the reader gets the bytes alone.
+func (l *Loader) holdHit(obj store.Object, k cache.Key, n int64, data []byte) handle {
+	if n <= keepHitsAbove || !l.mem.tryAcquire(n+blockOverhead) {
+		return handle{data: data}
+	}
+	done := make(chan struct{})
+	close(done)
+	f := &flight{key: k, obj: obj, n: n, done: done, data: data, charge: n + blockOverhead, refs: 1, used: true}
+	return handle{f: f}
 }
 
 // tierGet looks k up in the cache tier. A block of the wrong length (written
