@@ -190,6 +190,36 @@ func StatDir(dir string) (DirStat, error) {
 	return st, nil
 }
 
+// RecordSpan is where one live record of a cache directory sits: bytes
+// [Off, Off+Len) of the segment file at Path, header then payload.
+type RecordSpan struct {
+	Path     string
+	Off, Len int64
+}
+
+// Records lists the live records of the cache in dir, in segment and offset
+// order, from their headers (for fault-injection tests and tools). Like
+// StatDir it may run beside a Disk that has dir open.
+func Records(dir string) ([]RecordSpan, error) {
+	if err := checkCacheDir(dir); err != nil {
+		return nil, fmt.Errorf("list cache records: %w", err)
+	}
+	found, err := scanSegments(filepath.Join(dir, segDirName), false)
+	if err != nil {
+		return nil, fmt.Errorf("list cache records in %s: %w", dir, err)
+	}
+	resolve(found, readDeadList(dir))
+	var out []RecordSpan
+	for _, sc := range found {
+		for _, r := range sc.recs {
+			if sc.err == nil && !r.dead {
+				out = append(out, RecordSpan{Path: sc.path, Off: r.off, Len: r.n})
+			}
+		}
+	}
+	return out, nil
+}
+
 // leftovers returns the entries of the segment directory that are not
 // segments, and the fan-out directories of a format 1 cache with the
 // number of files in them.

@@ -1453,11 +1453,9 @@ func TestDiskShuffledEpochs(t *testing.T) {
 	}
 }
 
-// What cmd/dataccel's TestCorruptCacheThroughMount does to a cache
-// directory, without knowing the format beyond the record magic: flip a
-// byte 100 bytes before the end of every other record (records are back
-// to back in a segment, each starting with "DACB"). Each flip lands in a
-// payload and is found by Get.
+// Records finds every record (60), and a byte flipped 100 bytes before the
+// end of every other one (as cmd/dataccel's TestCorruptCacheThroughMount
+// does) lands in a payload and is found by Get.
 func TestDiskFlipEveryOtherRecord(t *testing.T) {
 	dir := t.TempDir()
 	opts := DiskOptions{Dir: dir, MaxBytes: 1 << 30, MinFreeFraction: -1, Writers: 4, QueueLen: 256}
@@ -1473,37 +1471,30 @@ func TestDiskFlipEveryOtherRecord(t *testing.T) {
 	}
 	d.Close()
 	flipped := 0
-	segs, _ := filepath.Glob(filepath.Join(dir, "segments", "*.seg"))
-	for _, p := range segs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
+	recs, err := Records(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Len < 1000 {
+			continue
 		}
-		var starts []int
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte("DACB"))
-			if j < 0 {
-				break
+		if flipped%2 == 0 { // a payload byte of every other record
+			f, err := os.OpenFile(r.Path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
 			}
-			starts = append(starts, i+j)
-			i += j + 4
+			b := make([]byte, 1)
+			if _, err := f.ReadAt(b, r.Off+r.Len-100); err != nil {
+				t.Fatal(err)
+			}
+			b[0] ^= 0xff
+			if _, err := f.WriteAt(b, r.Off+r.Len-100); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
 		}
-		for k, s := range starts {
-			end := len(b)
-			if k+1 < len(starts) {
-				end = starts[k+1]
-			}
-			if end-s < 1000 {
-				continue
-			}
-			if flipped%2 == 0 {
-				b[end-100] ^= 0xff
-			}
-			flipped++
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		flipped++
 	}
 	if flipped != 60 {
 		t.Fatalf("found %d records, want 60", flipped)

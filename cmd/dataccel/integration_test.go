@@ -219,43 +219,22 @@ func TestCorruptCacheThroughMount(t *testing.T) {
 	m := startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m.dir, files)
 	m.unmount(t)
-	// Records sit back to back in segment files, each starting with its
-	// magic: a byte 100 bytes before the next record is in a payload.
 	flipped := 0
-	segs, _ := filepath.Glob(filepath.Join(cacheDir, "segments", "*.seg"))
-	for _, p := range segs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
+	recs, err := cache.Records(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Len < 1000 {
+			continue
 		}
-		var starts []int
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte("DACB"))
-			if j < 0 {
-				break
-			}
-			starts = append(starts, i+j)
-			i += j + 4
+		if flipped%2 == 0 { // every other block, in its payload
+			flipByte(t, r.Path, r.Off+r.Len-100)
 		}
-		for k, s := range starts {
-			end := len(b)
-			if k+1 < len(starts) {
-				end = starts[k+1]
-			}
-			if end-s < 1000 {
-				continue
-			}
-			if flipped%2 == 0 { // every other block
-				b[end-100] ^= 0xff
-			}
-			flipped++
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		flipped++
 	}
 	if flipped < 50 {
-		t.Fatalf("only %d block files in the cache", flipped)
+		t.Fatalf("only %d blocks in the cache", flipped)
 	}
 	m2 := startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m2.dir, files)
@@ -309,6 +288,24 @@ func TestWarmResume(t *testing.T) {
 	readAllFiles(t, m.dir, files)
 	if s := m.stats(t); s["store_requests_get_total"] != 0 {
 		t.Fatalf("mount on a warmed cache made %d GETs", s["store_requests_get_total"])
+	}
+}
+
+// flipByte inverts the byte at off of the file at path.
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }
 
