@@ -36,6 +36,23 @@ func readObject(t *testing.T, s store.Store, obj store.Object, off, n int64) []b
 	return b
 }
 
+// readEach reads every object whole through s, parallel at a time, and
+// checks the bytes.
+func readEach(t *testing.T, s store.Store, st *fakeStore, objs []store.Object, parallel int) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for _, obj := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if b, err := tryRead(s, obj, 0, obj.Size); err != nil || !bytes.Equal(b, st.data(obj.Key)) {
+				t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // tryRead is readObject for goroutines other than the test's.
 func tryRead(s store.Store, obj store.Object, off, n int64) ([]byte, error) {
 	rc, err := s.ReadRange(context.Background(), obj, off, n)
@@ -122,18 +139,7 @@ func TestHedgedBudgetAndDelay(t *testing.T) {
 	st.latency = func(string) time.Duration { return 3 * time.Millisecond }
 	stats := &Stats{}
 	h := NewHedged(st, HedgeOptions{InitialDelay: 100 * time.Microsecond, Floor: 100 * time.Microsecond, MinSamples: 1000, Stats: stats})
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for _, obj := range objs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if b, err := tryRead(h, obj, 0, obj.Size); err != nil || !bytes.Equal(b, st.data(obj.Key)) {
-				t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
-			}
-		})
-	}
-	wg.Wait()
+	readEach(t, h, st, objs, 16)
 	// Burst 10 + 5% of 400.
 	if n := stats.Hedges.Load(); n > 10+gets/20 || n == 0 {
 		t.Errorf("%d hedges for %d GETs, want 1..%d", n, gets, 10+gets/20)
@@ -186,18 +192,7 @@ func TestHedgedBudgetFollowsWins(t *testing.T) {
 			st.latency = callLatency(tc.latency)
 			stats := &Stats{}
 			h := NewHedged(st, HedgeOptions{InitialDelay: 100 * time.Microsecond, Floor: 100 * time.Microsecond, MinSamples: 1 << 20, Stats: stats})
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 16)
-			for _, obj := range objs {
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					if b, err := tryRead(h, obj, 0, obj.Size); err != nil || !bytes.Equal(b, st.data(obj.Key)) {
-						t.Errorf("%s: err %v or wrong bytes", obj.Key, err)
-					}
-				})
-			}
-			wg.Wait()
+			readEach(t, h, st, objs, 16)
 			n := stats.Hedges.Load()
 			t.Logf("%d hedges, %d won, for %d GETs", n, stats.HedgeWins.Load(), tc.gets)
 			if n < tc.min || n > tc.max {
