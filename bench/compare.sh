@@ -72,13 +72,17 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 server_warm() { drop_caches; find "$S3_ROOT" -type f -print0 | xargs -0 -P4 -n64 cat >/dev/null; }
 
 DC_PID=
-mount_dataccel() { # MNT CACHE_DIR [extra flags]
-  local mnt=$1 cache=$2; shift 2
-  mkdir -p "$mnt"; rm -rf "$cache"
-  "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB "$@" "s3://$S3_BUCKET" "$mnt" \
-    2>"$OUT/$(basename "$mnt").log" &
+start_dataccel() { # MNT CACHE_DIR LOG [extra flags]: mount on a cache dir as it is
+  local mnt=$1 cache=$2 log=$3; shift 3
+  mkdir -p "$mnt"
+  "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB "$@" "s3://$S3_BUCKET" "$mnt" 2>"$log" &
   DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
-  wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$OUT/$(basename "$mnt").log"
+  wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$log"
+}
+mount_dataccel() { # MNT CACHE_DIR [extra flags]: mount on an empty cache dir
+  local mnt=$1 cache=$2; shift 2
+  rm -rf "$cache"
+  start_dataccel "$mnt" "$cache" "$OUT/$(basename "$mnt").log" "$@"
 }
 umount_dataccel() { # MNT
   kill "$DC_PID"; wait "$DC_PID" 2>/dev/null || true
@@ -117,11 +121,7 @@ rm -rf "$OUT/cache-F"
 t0=$EPOCHREALTIME
 "$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
 WARM_S=$(awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }")
-mkdir -p "$OUT/mnt-dataccel"
-"$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" --ram-cache-size 1GiB "s3://$S3_BUCKET" "$OUT/mnt-dataccel" \
-  2>"$OUT/mnt-dataccel-F.log" &
-DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
-wait_for "dataccel on $OUT/mnt-dataccel" 60 grep -q msg=mounted "$OUT/mnt-dataccel-F.log"
+start_dataccel "$OUT/mnt-dataccel" "$OUT/cache-F" "$OUT/mnt-dataccel-F.log"
 "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"
 umount_dataccel "$OUT/mnt-dataccel"
 

@@ -100,11 +100,7 @@ func (f *FS) Restore(dirs []store.ManifestDir) { f.ns.restore(f.cfg.Prefix, dirs
 func (f *FS) Snapshot() ([]store.ManifestDir, uint64) { return f.ns.snapshot() }
 
 // Generation is the number Snapshot would return, without the copy.
-func (f *FS) Generation() uint64 {
-	f.ns.mu.Lock()
-	defer f.ns.mu.Unlock()
-	return f.ns.gen
-}
+func (f *FS) Generation() uint64 { return f.ns.generation() }
 
 func inoOf(key string) uint64 {
 	h := fnv.New64a()

@@ -173,6 +173,13 @@ func (ns *namespace) snapshot() ([]store.ManifestDir, uint64) {
 	return out, ns.gen
 }
 
+// generation is the number snapshot would return, without the copy.
+func (ns *namespace) generation() uint64 {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.gen
+}
+
 // restore installs listings from a manifest; those outside root are
 // ignored. A manifest is a file on disk: names are checked again as a
 // listing would check them, so a damaged or crafted one cannot put an

@@ -250,6 +250,24 @@ func (l *Loader) SetSiblings(s Siblings) {
 	}
 }
 
+// tierHas reports whether the cache tier has k, from its index alone (no
+// read), when the tier can tell (the disk tier can); otherwise false.
+func (l *Loader) tierHas(k cache.Key) bool {
+	c, ok := l.tier.(interface{ Contains(cache.Key) bool })
+	return ok && c.Contains(k)
+}
+
+// Cached reports whether the cache tier has every block of obj, from its
+// index alone.
+func (l *Loader) Cached(obj store.Object) bool {
+	for i := range l.numBlocks(obj) {
+		if !l.tierHas(key(obj, i)) {
+			return false
+		}
+	}
+	return true
+}
+
 // fillWindow is how many blocks of one object Fill fetches at once.
 const fillWindow = 8
 
@@ -259,7 +277,6 @@ const fillWindow = 8
 // for. Nothing is copied out: this is warm's read, which wants the bytes in
 // the cache only.
 func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
-	c, _ := l.tier.(interface{ Contains(cache.Key) bool })
 	var pending []handle
 	wait := func(h handle) error {
 		_, err := l.wait(ctx, h)
@@ -268,7 +285,7 @@ func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
 	}
 	var err error
 	for i := int64(0); i < l.numBlocks(obj) && err == nil; i++ {
-		if c != nil && c.Contains(key(obj, i)) {
+		if l.tierHas(key(obj, i)) {
 			l.stats.CacheHits.Add(1)
 			continue
 		}

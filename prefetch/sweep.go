@@ -4,7 +4,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
 )
 
@@ -100,14 +99,13 @@ func (s *sweeper) take() (store.Object, bool) {
 func (s *sweeper) worker() {
 	defer s.l.wg.Done()
 	l := s.l
-	c, _ := l.tier.(interface{ Contains(cache.Key) bool })
 	for {
 		obj, ok := s.take()
 		if !ok {
 			return
 		}
 		for b := int64(0); b < l.numBlocks(obj); b++ {
-			if c != nil && c.Contains(key(obj, b)) {
+			if l.tierHas(key(obj, b)) {
 				continue // cached by an earlier epoch or mount: no read, no GET
 			}
 			if !l.fetchAhead(obj, b, true, nil) {

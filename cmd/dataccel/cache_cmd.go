@@ -50,7 +50,7 @@ func newCacheCmd() *cobra.Command {
 			fmt.Fprintf(w, "bytes cached (raw)\t%s\n", humanBytes(s.RawBytes))
 			fmt.Fprintf(w, "saved by compression\t%s (%d blocks compressed)\n", humanBytes(s.SavedBytes), s.Compressed)
 			if s.Unreadable > 0 || s.TempFiles > 0 {
-				fmt.Fprintf(w, "unreadable blocks\t%d\nunfinished writes\t%d\n", s.Unreadable, s.TempFiles)
+				fmt.Fprintf(w, "segments ending in unreadable bytes\t%d\nleftover files (not segments)\t%d\n", s.Unreadable, s.TempFiles)
 			}
 			w.Flush()
 			if mnt, err := os.ReadFile(filepath.Join(dir, mountRecord)); err == nil {

@@ -77,7 +77,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchMemory, "prefetch-memory", "1GiB", "memory for blocks in flight and read ahead")
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
-	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (under 5% extra GETs)")
+	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first)")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or no progress, for this long")

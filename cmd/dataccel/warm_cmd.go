@@ -187,7 +187,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
 			break
 		}
-		pending = notCached(disk, pending, p.blockSize, failed)
+		pending = notCached(loader, pending, failed)
 	}
 	disk.Flush()
 	s := cstats.Snapshot()
@@ -229,24 +229,17 @@ func warmPass(ctx context.Context, loader *prefetch.Loader, objs []store.Object,
 	return failed, err
 }
 
-// notCached returns the objects of objs (but the failed ones) that the disk
-// tier lacks a block of.
-func notCached(disk *cache.Disk, objs []store.Object, block int64, failed []warmFailure) []store.Object {
+// notCached returns the objects of objs (but the failed ones) that the
+// cache lacks a block of.
+func notCached(loader *prefetch.Loader, objs []store.Object, failed []warmFailure) []store.Object {
 	skip := make(map[string]bool, len(failed))
 	for _, f := range failed {
 		skip[f.key] = true
 	}
 	var out []store.Object
 	for _, o := range objs {
-		if skip[o.Key] {
-			continue
-		}
-		blocks := (o.Size + block - 1) / block // objects up to a block are one block
-		for b := int64(0); b < blocks; b++ {
-			if !disk.Contains(cache.Key{Object: o.Key, ETag: o.ETag, Block: b}) {
-				out = append(out, o)
-				break
-			}
+		if !skip[o.Key] && !loader.Cached(o) {
+			out = append(out, o)
 		}
 	}
 	return out
