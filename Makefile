@@ -23,6 +23,7 @@ test: deps
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyToPath$$' -fuzztime $(FUZZTIME) ./fuse
 	$(GO) test -run '^$$' -fuzz '^FuzzAnnounce$$' -fuzztime $(FUZZTIME) ./fuse
+	$(GO) test -run '^$$' -fuzz '^FuzzScanPage$$' -fuzztime $(FUZZTIME) ./store/s3
 
 vet:
 	$(GO) vet ./...

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -218,6 +219,9 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 					dropOK = false
 				}
 			}
+			// Like testing.B: collect the previous epoch's garbage (a direct-GET
+			// epoch leaves hundreds of MB) now, not during the next measurement.
+			runtime.GC()
 			order := epochOrder(st.files, cfg.Order, cfg.Seed, e)
 			if st.ctl != nil {
 				if err := st.ctl.announce(st.files, order); err != nil {

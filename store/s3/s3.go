@@ -1,7 +1,8 @@
 // Package s3 implements store.Store on any S3-compatible server with
 // minio-go v7. It is the only package that imports minio-go. It maps S3
 // error codes to the store's sentinel errors and pins ranged reads to an
-// ETag. It does not retry beyond a small bounded count (retries with backoff,
+// ETag. It lists long directories in parallel key ranges and decodes LIST
+// pages itself (list.go, listpage.go). It does not retry beyond a small bounded count (retries with backoff,
 // timeouts and hedging are store decorators), cache, or read flags and env:
 // the caller passes a Config.
 package s3
@@ -50,6 +51,12 @@ type Config struct {
 	// MaxConns bounds idle keep-alive connections kept to the server; it
 	// should be at least the number of GETs in flight.
 	MaxConns int
+	// ListParallel bounds the LIST requests of one listing in flight (0:
+	// 8; 1: page after page).
+	ListParallel int
+	// ListPage is the number of keys asked per LIST request (0: the
+	// server's default, 1000 on S3).
+	ListPage int
 	// MaxRetries bounds minio-go's own tries of a request (default 1: no
 	// retries; store.Retrying is the one retry layer, so each retry is counted).
 	MaxRetries int
@@ -61,6 +68,11 @@ type Store struct {
 	oneShot *minio.Client // same, without keep-alive
 	core    minio.Core
 	bucket  string
+
+	http                       *http.Client  // the client's transport, for LIST pages (listpage.go)
+	presigner                  *minio.Client // client, or one with stand-in keys when anonymous
+	anonymous                  bool
+	listParallel, listPageKeys int
 }
 
 var _ store.Store = (*Store)(nil)
@@ -97,18 +109,28 @@ func New(cfg Config) (*Store, error) {
 	} else {
 		creds = credentials.New(&credentials.Static{}) // anonymous
 	}
+	transport := newTransport(cfg.MaxConns)
 	client, err := minio.New(host, &minio.Options{
 		Creds:        creds,
 		Secure:       secure,
 		Region:       cfg.Region,
 		BucketLookup: lookup,
-		Transport:    newTransport(cfg.MaxConns),
+		Transport:    transport,
 		MaxRetries:   cfg.MaxRetries,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
 	}
 	client.SetAppInfo("dataccel", "1")
+	presigner := client
+	if cfg.Credentials.AccessKey == "" {
+		presigner, err = minio.New(host, &minio.Options{
+			Creds: credentials.NewStaticV4("anonymous", "anonymous", ""), Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: transport,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("s3: client for %s: %w", host, err)
+		}
+	}
 	t := newTransport(1)
 	t.DisableKeepAlives = true
 	oneShot, err := minio.New(host, &minio.Options{
@@ -117,7 +139,11 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
 	}
-	return &Store{client: client, oneShot: oneShot, core: minio.Core{Client: client}, bucket: cfg.Bucket}, nil
+	if cfg.ListParallel <= 0 {
+		cfg.ListParallel = 8
+	}
+	return &Store{client: client, oneShot: oneShot, core: minio.Core{Client: client}, bucket: cfg.Bucket,
+		http: &http.Client{Transport: transport}, presigner: presigner, anonymous: cfg.Credentials.AccessKey == "", listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
 }
 
 func newTransport(maxConns int) *http.Transport {
@@ -167,27 +193,6 @@ func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
 		return store.Object{}, fmt.Errorf("stat %q: %w", key, mapErr(err))
 	}
 	return toObject(info), nil
-}
-
-// List implements store.Store. minio-go pages through the listing; a
-// delimiter listing reports common prefixes as keys ending in "/".
-func (s *Store) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()   // stops minio-go's paging goroutine when fn returns early
-	noOwner := false // owners are not needed, and some servers look each one up
-	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: recursive, FetchOwner: &noOwner}) {
-		if info.Err != nil {
-			return fmt.Errorf("list %q: %w", prefix, mapErr(info.Err))
-		}
-		obj := toObject(info)
-		if !recursive && strings.HasSuffix(info.Key, "/") && info.Key != prefix && info.ETag == "" {
-			obj = store.Object{Key: info.Key, IsPrefix: true}
-		}
-		if err := fn(obj); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
 }
 
 // ReadRange implements store.Store with a ranged GET carrying If-Match.

@@ -1,0 +1,188 @@
+package s3_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+// listCounter is a reverse proxy in front of the server that counts LIST
+// requests.
+func listCounter(t *testing.T) (endpoint string, lists *atomic.Int64) {
+	t.Helper()
+	u, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists = new(atomic.Int64)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Query().Has("list-type") {
+			lists.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL, lists
+}
+
+// TestSplitListing lists directories named in several styles with small
+// pages, page after page and split into parallel ranges, and wants the same
+// entries, each once, from both, and a bounded number of extra requests.
+func TestSplitListing(t *testing.T) {
+	hexName := func(i int) string { return fmt.Sprintf("%x.bin", sha256.Sum256([]byte{byte(i), byte(i >> 8)}))[:16] }
+	cases := []struct {
+		name string
+		key  func(i int) string // under the listed directory
+		n    int
+	}{
+		{"decimal", func(i int) string { return fmt.Sprintf("n01440764_%d.JPEG", i) }, 400},
+		{"zero-padded", func(i int) string { return fmt.Sprintf("img_%06d.jpg", i) }, 400},
+		{"hex", hexName, 300},
+		{"upper-case", func(i int) string { return fmt.Sprintf("%c%c-%d", 'A'+i%26, 'A'+i/26%26, i) }, 300},
+		// objects and sub-directories side by side: common prefixes come
+		// after a page's objects, past a range's bound or not
+		{"objects and prefixes", func(i int) string {
+			if i%3 == 0 {
+				return fmt.Sprintf("s%03d/x", i)
+			}
+			return fmt.Sprintf("s%03d", i)
+		}, 300},
+		{"a few", func(i int) string { return fmt.Sprintf("f%d", i) }, 15},
+	}
+	ctx := context.Background()
+	base := srv.NewBucket(t)
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, c := range cases {
+		for i := range c.n {
+			g.Go(func() error {
+				_, err := base.Put(ctx, "d-"+c.name+"/"+c.key(i), strings.NewReader("x"), 1)
+				return err
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	endpoint, lists := listCounter(t)
+	open := func(parallel int) *s3.Store {
+		cfg := srv.Config(base.Bucket())
+		cfg.Endpoint, cfg.ListPage, cfg.ListParallel = endpoint, 10, parallel
+		st, err := s3.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	list := func(st *s3.Store, prefix string, recursive bool) ([]string, int64) {
+		t.Helper()
+		before := lists.Load()
+		var got []string
+		err := st.List(ctx, prefix, recursive, func(o store.Object) error {
+			if o.IsPrefix {
+				got = append(got, o.Key+" (dir)")
+			} else {
+				got = append(got, o.Key)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		return got, lists.Load() - before
+	}
+	serial, parallel := open(1), open(8)
+	for _, c := range cases {
+		for _, recursive := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/recursive=%v", c.name, recursive), func(t *testing.T) {
+				prefix := "d-" + c.name + "/"
+				want, pages := list(serial, prefix, recursive)
+				got, reqs := list(parallel, prefix, recursive)
+				if len(want) == 0 {
+					t.Fatal("the serial listing is empty")
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("split listing: %d entries, serial %d\nonly split: %v\nonly serial: %v",
+						len(got), len(want), minus(got, want), minus(want, got))
+				}
+				// Each of at most 32 ranges needs its pages plus at
+				// most two: a partly filled first and last page (or one
+				// empty page), never a page past its bound.
+				if limit := pages + 2*32; reqs > limit {
+					t.Errorf("split listing took %d LIST requests, serial %d: want at most %d", reqs, pages, limit)
+				}
+				t.Logf("%d entries: %d requests split, %d serial", len(got), reqs, pages)
+			})
+		}
+	}
+}
+
+func minus(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if _, found := slices.BinarySearch(b, s); !found {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestListErrors: a listing that cannot be read says why, as the store's
+// sentinel errors.
+func TestListErrors(t *testing.T) {
+	ctx := context.Background()
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "d/k", []byte("x"))
+	cfg := func(edit func(*s3.Config)) *s3.Store {
+		c := srv.Config(st.Bucket())
+		edit(&c)
+		s, err := s3.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		st   *s3.Store
+		want error
+	}{
+		{"missing bucket", cfg(func(c *s3.Config) { c.Bucket = "no-such-bucket-here" }), store.ErrNoBucket},
+		{"wrong secret", cfg(func(c *s3.Config) { c.Credentials.SecretKey = "wrong" }), store.ErrAccess},
+		{"anonymous", cfg(func(c *s3.Config) { c.Credentials = s3.Credentials{} }), store.ErrAccess},
+		{"unreachable", cfg(func(c *s3.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port) }), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.st.List(ctx, "d/", false, func(store.Object) error { return nil })
+			if err == nil || c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if strings.Contains(err.Error(), "X-Amz-") {
+				t.Fatalf("the error shows the signed query: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+}
