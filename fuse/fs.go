@@ -31,6 +31,12 @@ type Reader interface {
 	Close() error
 }
 
+// viewReader is a Reader that can hand out its bytes without a copy
+// (prefetch's reader does): the slice is written to the kernel as it is.
+type viewReader interface {
+	ReadView(ctx context.Context, off int64, n int) ([]byte, error)
+}
+
 // Opener makes a Reader for an object version (one per pass over a file).
 type Opener interface {
 	Open(obj store.Object) Reader
@@ -290,7 +296,17 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 	if off >= n.obj.Size {
 		return gofuse.ReadResultData(nil), 0
 	}
-	got, err := n.reader(off).ReadAt(ctx, dest, off)
+	var data []byte
+	var err error
+	if r := n.reader(off); r != nil {
+		if v, ok := r.(viewReader); ok {
+			data, err = v.ReadView(ctx, off, len(dest))
+		} else {
+			var got int
+			got, err = r.ReadAt(ctx, dest, off)
+			data = dest[:got]
+		}
+	}
 	if errors.Is(err, store.ErrNotExist) {
 		// Deleted since it was listed: this version went stale.
 		err = fmt.Errorf("%w: deleted: %w", store.ErrChanged, err)
@@ -298,7 +314,7 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.fsys.fail("read", fmt.Sprintf("%s@%d", n.obj.Key, off), err)
 	}
-	return gofuse.ReadResultData(dest[:got]), 0
+	return gofuse.ReadResultData(data), 0
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.

@@ -47,7 +47,13 @@ type planner struct {
 	pos   int            // guarded by mu: highest index opened (-1: none)
 	low   int            // guarded by mu: lowest index not opened
 	seen  []bool         // guarded by mu: seen[i]: order[i] was opened
-	next  int            // guarded by mu: next index to schedule
+	sched []bool         // guarded by mu: sched[i]: order[i] was handed to a worker
+	next  int            // guarded by mu: below it, every index is seen or scheduled
+	// heads are the readers' positions: indices opened whose successor is
+	// not, most recent last (at most maxHeads). Data-loader workers each
+	// read their own batch in order, so the announced order is consumed
+	// as several interleaved runs, not front to back.
+	heads []int // guarded by mu
 	queue []store.Object // guarded by mu: directory-order files to fetch
 }
 
@@ -112,7 +118,9 @@ func (p *planner) announce(order []store.Object) {
 	p.epoch++
 	p.order, p.cum, p.index = order, cum, index
 	p.seen = make([]bool, len(order))
+	p.sched = make([]bool, len(order))
 	p.pos, p.low, p.next = -1, 0, 0
+	p.heads = p.heads[:0]
 	p.mu.Unlock()
 	p.signal()
 }
@@ -133,6 +141,7 @@ func (p *planner) opened(obj store.Object) Siblings {
 		}
 		p.pos = max(p.pos, i)
 		p.seen[i] = true
+		p.moveHead(i)
 		for p.low < len(p.seen) && p.seen[p.low] {
 			p.low++
 		}
@@ -147,6 +156,27 @@ func (p *planner) opened(obj store.Object) Siblings {
 	return sib
 }
 
+// maxHeads bounds the reader positions followed: more than the workers of
+// a few data loaders.
+const maxHeads = 64
+
+// moveHead records that index i was opened: the run that reached i-1 (or a
+// new one) is now at i.
+func (p *planner) moveHead(i int) {
+	for k, h := range p.heads {
+		if h == i-1 || h == i {
+			p.heads = append(p.heads[:k], p.heads[k+1:]...)
+			break
+		}
+	}
+	if i+1 < len(p.seen) && !p.seen[i+1] {
+		if len(p.heads) == maxHeads {
+			p.heads = p.heads[1:]
+		}
+		p.heads = append(p.heads, i)
+	}
+}
+
 // take returns the next file to fetch.
 func (p *planner) take() (j job, ok bool) {
 	p.mu.Lock()
@@ -156,18 +186,24 @@ func (p *planner) take() (j job, ok bool) {
 			p.signal() // there may be more: wake another worker
 		}
 	}()
+	if i, ok := p.nextForHeads(); ok {
+		p.sched[i] = true
+		return job{obj: p.order[i], epoch: p.epoch, idx: i}, true
+	}
 	// Fetch every file not yet opened from the lowest unread one on: files
 	// between it and the furthest reader are the other workers' batches.
 	// Past the furthest reader, stay within FileLead files and ByteLead
 	// bytes (always at least one file).
 	start := max(p.next, p.low)
-	for start < len(p.order) && p.seen[start] {
+	for start < len(p.order) && (p.seen[start] || p.sched[start]) {
 		start++
 	}
+	p.next = start
 	front := p.pos + 1
 	lead := p.l.opts
 	if start < len(p.order) && (start <= front ||
 		start-front < lead.FileLead && p.cum[start+1]-p.cum[front] <= lead.ByteLead) {
+		p.sched[start] = true
 		p.next = start + 1
 		return job{obj: p.order[start], epoch: p.epoch, idx: start}, true
 	}
@@ -177,6 +213,33 @@ func (p *planner) take() (j job, ok bool) {
 		return job{obj: o, idx: -1}, true
 	}
 	return job{}, false
+}
+
+// nextForHeads picks the file needed soonest by one of the readers: the
+// first one not yet opened or scheduled after each reader's position,
+// nearest first, within FileLead files of lead in all.
+func (p *planner) nextForHeads() (int, bool) {
+	if len(p.heads) == 0 {
+		return 0, false
+	}
+	depth := max(1, p.l.opts.FileLead/len(p.heads))
+	for d := 1; d <= depth; d++ {
+		open := false // some reader still has files ahead of it
+		for _, h := range p.heads {
+			i := h + d
+			if i >= len(p.order) {
+				continue
+			}
+			open = true
+			if !p.seen[i] && !p.sched[i] {
+				return i, true
+			}
+		}
+		if !open {
+			break
+		}
+	}
+	return 0, false
 }
 
 // relevant says whether a job is still ahead of the reader: in the current

@@ -237,6 +237,7 @@ func TestChangedObjectSurfacesErrChanged(t *testing.T) {
 	}
 }
 
+// TestRandomReadsByteExact reads at random with ReadAt and ReadView.
 func TestRandomReadsByteExact(t *testing.T) {
 	const bs = 64 << 10
 	sizes := []int64{0, 1, 1000, bs - 1, bs, bs + 1, 5*bs + 123, 20 * bs}
@@ -274,7 +275,21 @@ func TestRandomReadsByteExact(t *testing.T) {
 							off = max(0, size-rng.Int64N(bs)) // around EOF
 						}
 						p := make([]byte, rng.IntN(3*bs)+1)
-						n, err := r.ReadAt(context.Background(), p, off)
+						var n int
+						var err error
+						if rng.IntN(2) == 0 {
+							n, err = r.ReadAt(context.Background(), p, off)
+						} else { // the same bytes without a copy when they lie in one block
+							var v []byte
+							v, err = r.(interface {
+								ReadView(context.Context, int64, int) ([]byte, error)
+							}).ReadView(context.Background(), off, len(p))
+							n = copy(p, v)
+							if len(v) > len(p) {
+								t.Errorf("ReadView gave %d bytes for %d", len(v), len(p))
+								return
+							}
+						}
 						wantN := max(0, min(int64(len(p)), size-off))
 						if int64(n) != wantN {
 							t.Errorf("size %d: ReadAt(len %d, off %d) = %d, want %d (err %v)", size, len(p), off, n, wantN, err)

@@ -97,6 +97,58 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// ReadView returns up to n bytes at off without copying them when they lie
+// in one block: a slice of the block itself, which the caller must not
+// modify (blocks are never modified or reused, so it stays valid). Reads
+// spanning blocks are copied, as ReadAt does. io.EOF: fewer than n bytes
+// were left.
+func (r *reader) ReadView(ctx context.Context, off int64, n int) ([]byte, error) {
+	size := r.obj.Size
+	if off < 0 || n <= 0 || off >= size {
+		p := make([]byte, max(n, 0))
+		got, err := r.ReadAt(ctx, p, off)
+		return p[:got], err
+	}
+	end := min(off+int64(n), size)
+	l := r.l
+	b := l.blockOf(r.obj, off)
+	if b != l.blockOf(r.obj, end-1) {
+		p := make([]byte, n)
+		got, err := r.ReadAt(ctx, p, off)
+		return p[:got], err
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, fs.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+	}
+	r.readAhead(off, end, b)
+	h, err := l.startRead(r.obj, b)
+	if err != nil {
+		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+	}
+	data, err := l.wait(ctx, h)
+	if err != nil {
+		l.release(h, relDrop)
+		return nil, err
+	}
+	bOff, bn := l.blockRange(r.obj, b)
+	lo, hi := off-bOff, end-bOff
+	mode := relKeep
+	if hi == bn {
+		mode = relConsumed
+	}
+	l.release(h, mode)
+	if end-off < int64(n) {
+		return data[lo:hi:hi], io.EOF
+	}
+	return data[lo:hi:hi], nil
+}
+
 // readAhead grows the window on sequential reads (1, 2, 4, ... ReadAhead
 // blocks past the read) and shrinks it on a jump, then starts fetches for
 // blocks of the window not covered yet. It never waits: a block that finds
