@@ -53,7 +53,8 @@ type planner struct {
 	// not, most recent last (at most maxHeads). Data-loader workers each
 	// read their own batch in order, so the announced order is consumed
 	// as several interleaved runs, not front to back.
-	heads []int // guarded by mu
+	heads []head // guarded by mu
+	opens int64  // guarded by mu: opens in this epoch
 	queue []store.Object // guarded by mu: directory-order files to fetch
 }
 
@@ -62,6 +63,12 @@ type dirState struct {
 	hits      int    // consecutive in-order steps
 	scheduled string // highest key handed to the workers in this walk
 	low       string // key the current walk started at
+}
+
+// head is one reader's position in the announced order.
+type head struct {
+	pos int   // last index it opened
+	at  int64 // planner.opens when it did
 }
 
 // job is one file for a worker; idx >= 0 for the announced order.
@@ -120,7 +127,7 @@ func (p *planner) announce(order []store.Object) {
 	p.seen = make([]bool, len(order))
 	p.sched = make([]bool, len(order))
 	p.pos, p.low, p.next = -1, 0, 0
-	p.heads = p.heads[:0]
+	p.heads, p.opens = p.heads[:0], 0
 	p.mu.Unlock()
 	p.signal()
 }
@@ -133,12 +140,9 @@ func (p *planner) opened(obj store.Object) Siblings {
 	p.mu.Lock()
 	i, announced := p.index[obj.Key]
 	if announced {
-		// Data-loader workers read several batches at once, so opens
-		// arrive out of order within a window of a few FileLeads; a jump
-		// further than that is a skip: what lies behind it is not read.
-		if i > p.pos+4*p.l.opts.FileLead {
-			p.low = i
-		}
+		// A jump ahead is a new reader (a data-loader worker starting its
+		// batch) or a skip; readers behind it that stop opening files fall
+		// out of the live heads, and the lead follows the live ones.
 		p.pos = max(p.pos, i)
 		p.seen[i] = true
 		p.moveHead(i)
@@ -163,8 +167,9 @@ const maxHeads = 64
 // moveHead records that index i was opened: the run that reached i-1 (or a
 // new one) is now at i.
 func (p *planner) moveHead(i int) {
+	p.opens++
 	for k, h := range p.heads {
-		if h == i-1 || h == i {
+		if h.pos == i-1 || h.pos == i {
 			p.heads = append(p.heads[:k], p.heads[k+1:]...)
 			break
 		}
@@ -173,8 +178,15 @@ func (p *planner) moveHead(i int) {
 		if len(p.heads) == maxHeads {
 			p.heads = p.heads[1:]
 		}
-		p.heads = append(p.heads, i)
+		p.heads = append(p.heads, head{pos: i, at: p.opens})
 	}
+}
+
+// live says whether a reader is still reading: it opened a file within the
+// last few rounds of opens by all readers. A reader that stopped (a skip,
+// the end of its batches) stops drawing the lead.
+func (p *planner) live(h head) bool {
+	return p.opens-h.at <= int64(8*len(p.heads)+32)
 }
 
 // take returns the next file to fetch.
@@ -190,7 +202,7 @@ func (p *planner) take() (j job, ok bool) {
 		p.sched[i] = true
 		return job{obj: p.order[i], epoch: p.epoch, idx: i}, true
 	}
-	// Fetch every file not yet opened from the lowest unread one on: files
+	// Then every file not yet opened from the lowest unread one on: files
 	// between it and the furthest reader are the other workers' batches.
 	// Past the furthest reader, stay within FileLead files and ByteLead
 	// bytes (always at least one file).
@@ -201,10 +213,20 @@ func (p *planner) take() (j job, ok bool) {
 	p.next = start
 	front := p.pos + 1
 	lead := p.l.opts
+	if front-start > 4*lead.FileLead {
+		// Far behind the furthest reader: files of other readers, each
+		// followed above, or skipped over. Lead the furthest one only.
+		start = front
+		for start < len(p.order) && (p.seen[start] || p.sched[start]) {
+			start++
+		}
+	}
 	if start < len(p.order) && (start <= front ||
 		start-front < lead.FileLead && p.cum[start+1]-p.cum[front] <= lead.ByteLead) {
 		p.sched[start] = true
-		p.next = start + 1
+		if start == p.next {
+			p.next = start + 1
+		}
 		return job{obj: p.order[start], epoch: p.epoch, idx: start}, true
 	}
 	if len(p.queue) > 0 {
@@ -226,7 +248,10 @@ func (p *planner) nextForHeads() (int, bool) {
 	for d := 1; d <= depth; d++ {
 		open := false // some reader still has files ahead of it
 		for _, h := range p.heads {
-			i := h + d
+			if !p.live(h) {
+				continue
+			}
+			i := h.pos + d
 			if i >= len(p.order) {
 				continue
 			}

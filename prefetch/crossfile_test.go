@@ -267,44 +267,58 @@ func TestDirectoryOrderInterleavedReaders(t *testing.T) {
 // TestAnnouncedOrderServesEachReader: data-loader workers each read their
 // own batch of the announced order, so it is consumed as interleaved runs.
 // The next file of every run must be fetched ahead of its reader, not only
-// the files after the lowest unread one.
+// the files after the lowest unread one; batches further apart than the
+// lead, started in any order, are runs too, not skips.
 func TestAnnouncedOrderServesEachReader(t *testing.T) {
-	const readers, batch = 4, 40
-	st := newFakeStore()
-	st.latency = func(string) time.Duration { return 2 * time.Millisecond }
-	order := addFiles(st, "batches", readers*batch, 20<<10)
-	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 64, Workers: 4})
-	l.Announce(order)
-	opened := make([]int64, len(order))
-	var wg sync.WaitGroup
-	for r := range readers {
-		wg.Go(func() {
-			for i := r * batch; i < (r+1)*batch; i++ {
-				opened[i] = st.seq.Add(1)
-				got, err := readAll(context.Background(), l, order[i], 64<<10)
-				if err != nil || !bytes.Equal(got, st.data(order[i].Key)) {
-					t.Errorf("read %s: err %v", order[i].Key, err)
-					return
-				}
-				time.Sleep(3 * time.Millisecond) // a training step
+	for _, c := range []struct {
+		name                 string
+		readers, batch, lead int
+		reverseStart         bool
+	}{
+		{"batches within the lead", 4, 40, 64, false},
+		{"batches far apart, the last started first", 6, 50, 8, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newFakeStore()
+			st.latency = func(string) time.Duration { return 2 * time.Millisecond }
+			order := addFiles(st, "batches", c.readers*c.batch, 20<<10)
+			l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: c.lead, Workers: 4})
+			l.Announce(order)
+			opened := make([]int64, len(order))
+			var wg sync.WaitGroup
+			for r := range c.readers {
+				wg.Go(func() {
+					if c.reverseStart {
+						time.Sleep(time.Duration(c.readers-r) * time.Millisecond)
+					}
+					for i := r * c.batch; i < (r+1)*c.batch; i++ {
+						opened[i] = st.seq.Add(1)
+						got, err := readAll(context.Background(), l, order[i], 64<<10)
+						if err != nil || !bytes.Equal(got, st.data(order[i].Key)) {
+							t.Errorf("read %s: err %v", order[i].Key, err)
+							return
+						}
+						time.Sleep(3 * time.Millisecond) // a training step
+					}
+				})
 			}
+			wg.Wait()
+			late := 0
+			for i, obj := range order {
+				gets := st.getsOf(obj.Key)
+				if len(gets) != 1 {
+					t.Errorf("%s: %d GETs, want exactly 1", obj.Key, len(gets))
+					continue
+				}
+				if i%c.batch != 0 && gets[0].seq > opened[i] {
+					late++
+				}
+			}
+			// A reader may outrun the fetch workers now and then; most files must be ready.
+			if late > len(order)/20 {
+				t.Errorf("%d of %d files were not fetched ahead of their reader", late, len(order)-c.readers)
+			}
+			t.Logf("%d of %d files late", late, len(order)-c.readers)
 		})
 	}
-	wg.Wait()
-	late := 0
-	for i, obj := range order {
-		gets := st.getsOf(obj.Key)
-		if len(gets) != 1 {
-			t.Errorf("%s: %d GETs, want exactly 1", obj.Key, len(gets))
-			continue
-		}
-		if i%batch != 0 && gets[0].seq > opened[i] {
-			late++
-		}
-	}
-	// A reader may outrun the fetch workers now and then; most files must be ready.
-	if late > len(order)/20 {
-		t.Errorf("%d of %d files were not fetched ahead of their reader", late, len(order)-readers)
-	}
-	t.Logf("%d of %d files late", late, len(order)-readers)
 }

@@ -175,13 +175,15 @@ func TestHedgedBudgetFollowsWins(t *testing.T) {
 			return 0
 		}, 400, 25, 30},
 		// Without adapting: 10 + 5% of 2000 = 110. Adapting: the burst, then
-		// about a tenth of the rate, which still probes.
+		// about a tenth of the rate, which still probes. On a loaded machine
+		// a duplicate sometimes reaches the store first and so "wins" (6-7
+		// of 65 seen under -race): the bound leaves room for that.
 		{"duplicates lose", func(n int) time.Duration {
 			if n == 0 {
 				return 2 * time.Millisecond
 			}
 			return time.Second // cancelled when the first attempt answers
-		}, 2000, 11, 60},
+		}, 2000, 11, 80},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore()

@@ -385,23 +385,31 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 	l.mu.Unlock()
 
 	_, n := l.blockRange(obj, i)
-	if data, ok := l.tierGet(k, n); ok {
-		return l.holdHit(obj, k, n, data), nil
-	}
-
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return handle{}, ErrClosed
-	}
-	// Someone may have started it while we looked in the tier.
-	if f := l.joinLocked(k); f != nil {
+	for again := true; ; again = false {
+		if data, ok := l.tierGet(k, n); ok {
+			return l.holdHit(obj, k, n, data), nil
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return handle{}, ErrClosed
+		}
+		// Someone may have started it while we looked in the tier, or
+		// finished it into the tier (its index answers without I/O).
+		if f := l.joinLocked(k); f != nil {
+			l.mu.Unlock()
+			return handle{f: f}, nil
+		}
+		if again && l.tierHas(k) {
+			l.mu.Unlock()
+			continue
+		}
+		f := l.newFlightLocked(obj, i, n, false)
+		f.refs++ // the reader's
+		f.used = true
+		l.mu.Unlock()
 		return handle{f: f}, nil
 	}
-	f := l.newFlightLocked(obj, i, n, false)
-	f.refs++ // the reader's
-	f.used = true
-	return handle{f: f}, nil
 }
 
 // keepHitsAbove: a block from the cache tier longer than one kernel read
