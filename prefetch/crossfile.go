@@ -53,8 +53,8 @@ type planner struct {
 	// not, most recent last (at most maxHeads). Data-loader workers each
 	// read their own batch in order, so the announced order is consumed
 	// as several interleaved runs, not front to back.
-	heads []head // guarded by mu
-	opens int64  // guarded by mu: opens in this epoch
+	heads []head         // guarded by mu
+	opens int64          // guarded by mu: opens in this epoch
 	queue []store.Object // guarded by mu: directory-order files to fetch
 }
 
