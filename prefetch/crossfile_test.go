@@ -322,3 +322,29 @@ func TestAnnouncedOrderServesEachReader(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchBytesInFlight: prefetch GETs in flight stop at PrefetchBytes
+// (at least one), so that with large files the next one needed arrives
+// first instead of all of them arriving late together.
+func TestPrefetchBytesInFlight(t *testing.T) {
+	st := newFakeStore()
+	st.gate = make(chan struct{})
+	order := addFiles(st, "large", 20, 1<<20)
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 20, Workers: 8, PrefetchBytes: 3 << 20})
+	l.Announce(order)
+	waitFor(t, "prefetch GETs at the gate", func() bool { return st.waiting.Load() == 3 })
+	time.Sleep(20 * time.Millisecond)
+	if n := st.waiting.Load(); n != 3 {
+		t.Fatalf("%d prefetch GETs of 1 MiB in flight with PrefetchBytes 3 MiB; want 3", n)
+	}
+	close(st.gate)
+	for _, obj := range order {
+		got, err := readAll(context.Background(), l, obj, 64<<10)
+		if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+			t.Fatalf("read %s: err %v", obj.Key, err)
+		}
+	}
+	if peak := st.peak.Load(); peak > 4 { // 3 prefetches and at most one reader's GET
+		t.Errorf("peak %d GETs in flight; want <= 4", peak)
+	}
+}

@@ -45,6 +45,11 @@ type Options struct {
 	// MemoryBudget bounds the bytes of blocks being fetched or held in the
 	// ready map across the loader (1 GiB). It does not cover the cache tier.
 	MemoryBudget int64
+	// PrefetchBytes: once prefetch GETs in flight (read-ahead included)
+	// fetch this many bytes, prefetch across files waits (32 MiB: 128
+	// files of 256 KB, 8 of 4 MB). Read-ahead within a file is not held
+	// back by it.
+	PrefetchBytes int64
 	// ReadAhead is the largest read-ahead window in blocks (8).
 	ReadAhead int
 	// CrossFile turns on prefetch of the next files (directory or announced order).
@@ -91,6 +96,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MemoryBudget <= 0 {
 		o.MemoryBudget = 1 << 30
+	}
+	if o.PrefetchBytes <= 0 {
+		o.PrefetchBytes = 32 << 20
 	}
 	if o.ReadAhead <= 0 {
 		o.ReadAhead = 8
@@ -153,6 +161,7 @@ type Loader struct {
 	ready    map[cache.Key]*flight // guarded by mu: fetched, not yet consumed
 	lru      list.List             // guarded by mu: ready flights, oldest first
 	pflights int64                 // guarded by mu: prefetch flights in progress
+	pbytes   int64                 // guarded by mu: bytes those flights fetch
 	closed   bool                  // guarded by mu
 }
 
@@ -452,6 +461,7 @@ func (l *Loader) newFlightLocked(obj store.Object, i, n int64, prefetch bool) *f
 	if prefetch {
 		f.charge = n + blockOverhead // taken by the caller before
 		l.pflights++
+		l.pbytes += n
 		l.stats.PrefetchIssued.Add(1)
 	}
 	l.flights[f.key] = f
@@ -593,6 +603,7 @@ func (l *Loader) run(f *flight) {
 	delete(l.flights, f.key)
 	if f.prefetch {
 		l.pflights--
+		l.pbytes -= f.n
 		if err == nil && !f.used && !f.toCache {
 			l.keepReadyLocked(f)
 			if f.elem == nil {
@@ -602,8 +613,8 @@ func (l *Loader) run(f *flight) {
 	}
 	charge := l.unrefLocked(f)
 	l.mu.Unlock()
-	if charge > 0 {
-		l.mem.release(charge)
+	if charge > 0 || f.prefetch {
+		l.mem.release(charge) // also wakes prefetchers waiting for a slot
 	}
 }
 
@@ -700,14 +711,17 @@ const (
 // more than the budget, and the tier is where it must land.
 func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wanted func() bool) (*flight, pfResult) {
 	k := key(obj, i)
+	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
 	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
-	full := l.pflights >= l.maxPfetch
+	// Prefetch across files (hold) is capped in bytes too: what the
+	// network carries in a round trip or so keeps it busy; far more only
+	// makes every file arrive later, the one needed next included.
+	full := l.pflights >= l.maxPfetch || hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes
 	l.mu.Unlock()
 	if present {
 		return nil, pfPresent
 	}
-	_, n := l.blockRange(obj, i)
 	if l.tier != nil {
 		// A tier lookup, not tierGet: a prefetch probe is not a cache hit.
 		if data, ok := l.tier.Get(k); ok && int64(len(data)) == n {

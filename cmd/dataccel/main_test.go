@@ -99,6 +99,7 @@ func TestMountErrors(t *testing.T) {
 		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "not accepted as flags"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
+		{name: "tiny prefetch-inflight", args: []string{"mount", "--prefetch-inflight", "4KiB", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--prefetch-inflight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
