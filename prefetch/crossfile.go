@@ -51,8 +51,8 @@ type planner struct {
 	next  int            // guarded by mu: below it, every index is seen or scheduled
 	// heads are the readers' positions: indices opened whose successor is
 	// not, most recent last (at most maxHeads). Data-loader workers each
-	// read their own batch in order, so the announced order is consumed
-	// as several interleaved runs, not front to back.
+	// read their own batch in order: when their batches lie further apart
+	// than the lead, each is followed on its own.
 	heads []head         // guarded by mu
 	opens int64          // guarded by mu: opens in this epoch
 	queue []store.Object // guarded by mu: directory-order files to fetch
@@ -198,14 +198,12 @@ func (p *planner) take() (j job, ok bool) {
 			p.signal() // there may be more: wake another worker
 		}
 	}()
-	if i, ok := p.nextForHeads(); ok {
-		p.sched[i] = true
-		return job{obj: p.order[i], epoch: p.epoch, idx: i}, true
-	}
-	// Then every file not yet opened from the lowest unread one on: files
-	// between it and the furthest reader are the other workers' batches.
-	// Past the furthest reader, stay within FileLead files and ByteLead
-	// bytes (always at least one file).
+	// The announced order is the order in which the job's steps consume
+	// files, whichever worker reads them: fetch it front to back (earliest
+	// deadline first) from the lowest file not yet opened. Files between
+	// it and the furthest reader are the other workers' batches. Past the
+	// furthest reader, stay within FileLead files and ByteLead bytes
+	// (always at least one file).
 	start := max(p.next, p.low)
 	for start < len(p.order) && (p.seen[start] || p.sched[start]) {
 		start++
@@ -214,8 +212,13 @@ func (p *planner) take() (j job, ok bool) {
 	front := p.pos + 1
 	lead := p.l.opts
 	if front-start > 4*lead.FileLead {
-		// Far behind the furthest reader: files of other readers, each
-		// followed above, or skipped over. Lead the furthest one only.
+		// The readers are spread further than the lead (large batches,
+		// many workers) or one skipped ahead: follow each live reader,
+		// then lead the furthest one.
+		if i, ok := p.nextForHeads(); ok {
+			p.sched[i] = true
+			return job{obj: p.order[i], epoch: p.epoch, idx: i}, true
+		}
 		start = front
 		for start < len(p.order) && (p.seen[start] || p.sched[start]) {
 			start++
@@ -237,9 +240,10 @@ func (p *planner) take() (j job, ok bool) {
 	return job{}, false
 }
 
-// nextForHeads picks the file needed soonest by one of the readers: the
-// first one not yet opened or scheduled after each reader's position,
-// nearest first, within FileLead files of lead in all.
+// nextForHeads picks, for readers spread too far apart for one lead, the
+// file one of them needs soonest: the first one not yet opened or
+// scheduled after each live reader's position, nearest first, within
+// FileLead files of lead in all.
 func (p *planner) nextForHeads() (int, bool) {
 	if len(p.heads) == 0 {
 		return 0, false

@@ -743,6 +743,12 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wa
 		l.mem.release(charge)
 		return nil, pfPresent
 	}
+	if hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes {
+		l.mu.Unlock() // another prefetch took the room since the first look
+		l.mem.release(charge)
+		l.stats.PrefetchSkipped.Add(1)
+		return nil, pfNoRoom
+	}
 	f := l.newFlightLocked(obj, i, n, true)
 	f.toCache = toCache && l.tier != nil
 	if hold {
