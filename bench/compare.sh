@@ -68,9 +68,8 @@ fi
 BYTES=$(s3tool stat -prefix "$DS/" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
 # The local-disk reads use a copy: the server's own files are read by every GET, so their page
 # cache would have seen two more reads than any mount's before its warm epoch, and the kernel
-# makes a page's second read dearer than its later ones (it moves the page to the active list:
-# 113-135 ms for the second read of this dataset, 81-88 ms for the third). With the copy, local
-# disk and the mounts both read cold, then re-read once.
+# makes a page's second read dearer than its later ones (it moves the page to the active list).
+# With the copy, local disk and the mounts both read cold, then re-read once.
 LOCAL=$OUT/local/$DS
 if [[ $(find "$LOCAL" -type f 2>/dev/null | wc -l) != "$FILES" ]]; then
   rm -rf "$LOCAL"; mkdir -p "$OUT/local"; cp -r "$S3_ROOT/$DS" "$LOCAL"; sync

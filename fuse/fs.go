@@ -31,10 +31,11 @@ type Reader interface {
 	Close() error
 }
 
-// viewReader is a Reader that can hand out its bytes without a copy
-// (prefetch's reader does): the slice is written to the kernel as it is.
+// viewReader is a Reader that can hand out its bytes without a copy into p
+// (prefetch's reader does): the slice it returns is written to the kernel
+// as it is.
 type viewReader interface {
-	ReadView(ctx context.Context, off int64, n int) ([]byte, error)
+	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
 }
 
 // Opener makes a Reader for an object version (one per pass over a file).
@@ -298,14 +299,13 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 	}
 	var data []byte
 	var err error
-	if r := n.reader(off); r != nil {
-		if v, ok := r.(viewReader); ok {
-			data, err = v.ReadView(ctx, off, len(dest))
-		} else {
-			var got int
-			got, err = r.ReadAt(ctx, dest, off)
-			data = dest[:got]
-		}
+	switch r := n.reader(off).(type) {
+	case viewReader:
+		data, err = r.ReadView(ctx, dest, off)
+	default:
+		var got int
+		got, err = r.ReadAt(ctx, dest, off)
+		data = dest[:got]
 	}
 	if errors.Is(err, store.ErrNotExist) {
 		// Deleted since it was listed: this version went stale.

@@ -382,42 +382,32 @@ func (l *Loader) joinLocked(k cache.Key) *flight {
 // no one holds or fetches it. It does not wait for the fetch.
 func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 	k := key(obj, i)
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return handle{}, ErrClosed
-	}
-	if f := l.joinLocked(k); f != nil {
-		l.mu.Unlock()
-		return handle{f: f}, nil
-	}
-	l.mu.Unlock()
-
 	_, n := l.blockRange(obj, i)
-	for again := true; ; again = false {
-		if data, ok := l.tierGet(k, n); ok {
-			return l.holdHit(obj, k, n, data), nil
-		}
+	// Join a flight, else look in the tier (outside the lock: a disk hit
+	// is a read), else start a flight. A flight may finish into the tier
+	// while we look: its index answers that without I/O, and one more
+	// look finds it.
+	for looked := 0; ; looked++ {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			return handle{}, ErrClosed
 		}
-		// Someone may have started it while we looked in the tier, or
-		// finished it into the tier (its index answers without I/O).
 		if f := l.joinLocked(k); f != nil {
 			l.mu.Unlock()
 			return handle{f: f}, nil
 		}
-		if again && l.tierHas(k) {
+		if looked == 2 || looked == 1 && !l.tierHas(k) {
+			f := l.newFlightLocked(obj, i, n, false)
+			f.refs++ // the reader's
+			f.used = true
 			l.mu.Unlock()
-			continue
+			return handle{f: f}, nil
 		}
-		f := l.newFlightLocked(obj, i, n, false)
-		f.refs++ // the reader's
-		f.used = true
 		l.mu.Unlock()
-		return handle{f: f}, nil
+		if data, ok := l.tierGet(k, n); ok {
+			return l.holdHit(obj, k, n, data), nil
+		}
 	}
 }
 
@@ -714,10 +704,7 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wa
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
 	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
-	// Prefetch across files (hold) is capped in bytes too: what the
-	// network carries in a round trip or so keeps it busy; far more only
-	// makes every file arrive later, the one needed next included.
-	full := l.pflights >= l.maxPfetch || hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes
+	full := l.prefetchFullLocked(hold, n)
 	l.mu.Unlock()
 	if present {
 		return nil, pfPresent
@@ -743,7 +730,7 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wa
 		l.mem.release(charge)
 		return nil, pfPresent
 	}
-	if hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes {
+	if l.prefetchFullLocked(hold, n) {
 		l.mu.Unlock() // another prefetch took the room since the first look
 		l.mem.release(charge)
 		l.stats.PrefetchSkipped.Add(1)
@@ -756,6 +743,14 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wa
 	}
 	l.mu.Unlock()
 	return f, pfStarted
+}
+
+// prefetchFullLocked says whether a prefetch of n more bytes must wait: too
+// many prefetches in flight or, for prefetch across files (hold), too many
+// bytes. What the network carries in a round trip or so keeps it busy; far
+// more only makes every file arrive later, the one needed next included.
+func (l *Loader) prefetchFullLocked(hold bool, n int64) bool {
+	return l.pflights >= l.maxPfetch || hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes
 }
 
 // unhold drops a reference taken by startPrefetch with hold.

@@ -39,27 +39,11 @@ func (r *reader) Close() error {
 }
 
 func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, fs.ErrClosed)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("prefetch: read %q at %d: %w", r.obj.Key, off, fs.ErrInvalid)
-	}
-	size := r.obj.Size
-	if off >= size {
-		return 0, io.EOF
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+	if err := r.usable(ctx, off, len(p)); err != nil || len(p) == 0 {
+		return 0, err
 	}
 	l := r.l
-	end := min(off+int64(len(p)), size)
+	end := min(off+int64(len(p)), r.obj.Size)
 	first, last := l.blockOf(r.obj, off), l.blockOf(r.obj, end-1)
 
 	// Blocks are read one at a time: a reader never holds one block (and
@@ -73,23 +57,11 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 	n := 0
 	for b := first; b <= last; b++ {
-		h, err := l.startRead(r.obj, b)
+		data, err := r.piece(ctx, b, off, end)
 		if err != nil {
-			return n, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
-		}
-		data, err := l.wait(ctx, h)
-		if err != nil {
-			l.release(h, relDrop)
 			return n, err
 		}
-		bOff, bn := l.blockRange(r.obj, b)
-		lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
-		n += copy(p[n:], data[lo:hi])
-		mode := relKeep
-		if hi == bn {
-			mode = relConsumed
-		}
-		l.release(h, mode)
+		n += copy(p[n:], data)
 	}
 	if n < len(p) {
 		return n, io.EOF
@@ -97,36 +69,55 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// ReadView returns up to n bytes at off without copying them when they lie
-// in one block: a slice of the block itself, which the caller must not
-// modify (blocks are never modified or reused, so it stays valid). Reads
-// spanning blocks are copied, as ReadAt does. io.EOF: fewer than n bytes
-// were left.
-func (r *reader) ReadView(ctx context.Context, off int64, n int) ([]byte, error) {
-	size := r.obj.Size
-	if off < 0 || n <= 0 || off >= size {
-		p := make([]byte, max(n, 0))
-		got, err := r.ReadAt(ctx, p, off)
-		return p[:got], err
-	}
-	end := min(off+int64(n), size)
+// ReadView reads like ReadAt into p, but when the bytes lie in one block it
+// returns a slice of the block itself instead of copying them into p: the
+// caller must not modify it (blocks are never modified or reused, so it
+// stays valid). It returns the bytes read, p[:n] or the block's slice.
+func (r *reader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, error) {
 	l := r.l
-	b := l.blockOf(r.obj, off)
-	if b != l.blockOf(r.obj, end-1) {
-		p := make([]byte, n)
-		got, err := r.ReadAt(ctx, p, off)
-		return p[:got], err
+	end := min(off+int64(len(p)), r.obj.Size)
+	if off < 0 || len(p) == 0 || off >= end || l.blockOf(r.obj, off) != l.blockOf(r.obj, end-1) {
+		n, err := r.ReadAt(ctx, p, off)
+		return p[:n], err
 	}
+	if err := r.usable(ctx, off, len(p)); err != nil {
+		return nil, err
+	}
+	b := l.blockOf(r.obj, off)
+	r.readAhead(off, end, b)
+	data, err := r.piece(ctx, b, off, end)
+	if err == nil && len(data) < len(p) {
+		err = io.EOF
+	}
+	return data, err
+}
+
+// usable says why a read of n bytes at off cannot start, if it cannot;
+// io.EOF at or past the end. An empty read needs no live context.
+func (r *reader) usable(ctx context.Context, off int64, n int) error {
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, fs.ErrClosed)
+	switch {
+	case closed:
+		return fmt.Errorf("prefetch: read %q: %w", r.obj.Key, fs.ErrClosed)
+	case off < 0:
+		return fmt.Errorf("prefetch: read %q at %d: %w", r.obj.Key, off, fs.ErrInvalid)
+	case off >= r.obj.Size:
+		return io.EOF
+	case n == 0:
+		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+		return fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
 	}
-	r.readAhead(off, end, b)
+	return nil
+}
+
+// piece waits for block b and returns its bytes within [off, end), as a
+// slice of the block (full capacity cut, so an append cannot write it).
+func (r *reader) piece(ctx context.Context, b, off, end int64) ([]byte, error) {
+	l := r.l
 	h, err := l.startRead(r.obj, b)
 	if err != nil {
 		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
@@ -137,15 +128,12 @@ func (r *reader) ReadView(ctx context.Context, off int64, n int) ([]byte, error)
 		return nil, err
 	}
 	bOff, bn := l.blockRange(r.obj, b)
-	lo, hi := off-bOff, end-bOff
+	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
 	mode := relKeep
 	if hi == bn {
 		mode = relConsumed
 	}
 	l.release(h, mode)
-	if end-off < int64(n) {
-		return data[lo:hi:hi], io.EOF
-	}
 	return data[lo:hi:hi], nil
 }
 

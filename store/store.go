@@ -30,9 +30,10 @@ type Store interface {
 	// List calls fn for every object under prefix. With
 	// recursive false, it lists one level: keys past the next "/" are
 	// folded into common prefixes, reported as Objects with IsPrefix set.
-	// Objects come in key order, but prefixes may come after the objects
-	// of the same page: callers that need one order sort. An error
-	// returned by fn stops the listing and is returned.
+	// Entries come in no fixed order (a long listing may be read in key
+	// ranges at once): callers that need one order sort. fn is never
+	// called concurrently. An error returned by fn stops the listing and
+	// is returned.
 	List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error
 	// ReadRange returns n bytes of obj from off (n < 0: to the end), pinned
 	// to obj.ETag: if the object changed, the error wraps ErrChanged and no

@@ -41,16 +41,16 @@ type mountFlags struct {
 	ramCacheSize  string
 	cacheCompress bool
 
-	maxInflight    int
-	prefetch       string
-	prefetchMemory string
-	prefetchFlight string
-	prefetchList   string
-	blockSize      string
-	hedge          bool
-	manifest       string
-	ioTimeout      time.Duration
-	stallTimeout   time.Duration
+	maxInflight      int
+	prefetch         string
+	prefetchMemory   string
+	prefetchInflight string
+	prefetchList     string
+	blockSize        string
+	hedge            bool
+	manifest         string
+	ioTimeout        time.Duration
+	stallTimeout     time.Duration
 
 	httpAddr  string
 	readyFile string
@@ -76,7 +76,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxInflight, "max-inflight", 128, "GETs in flight at most (enough to hide a ~20 ms round trip)")
 	fl.StringVar(&f.prefetch, "prefetch", "on", "prefetch across files (directory order, announced order): on or off; read-ahead within a file stays on")
 	fl.StringVar(&f.prefetchMemory, "prefetch-memory", "1GiB", "memory for blocks in flight and read ahead")
-	fl.StringVar(&f.prefetchFlight, "prefetch-inflight", "32MiB", "bytes of GETs in flight past which prefetch across files waits, so that the file needed next is not slowed by the many after it; raise it for links with more bandwidth x latency")
+	fl.StringVar(&f.prefetchInflight, "prefetch-inflight", "32MiB", "bytes of GETs in flight past which prefetch across files waits, so that the file needed next is not slowed by the many after it; raise it for links with more bandwidth x latency")
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first)")
@@ -115,7 +115,7 @@ type mountPlan struct {
 	minFree           float64
 	ramBytes          int64
 	prefetchMem       int64
-	prefetchFlight    int64
+	prefetchInflight  int64
 	blockSize         int64
 	crossFile         bool
 	manifestMode      string
@@ -156,8 +156,8 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if p.prefetchMem, err = cache.ParseSize(f.prefetchMemory); err != nil || p.prefetchMem < 16<<20 {
 		return p, bad("prefetch-memory", fmt.Errorf("%q: want a size of at least 16MiB", f.prefetchMemory))
 	}
-	if p.prefetchFlight, err = cache.ParseSize(f.prefetchFlight); err != nil || p.prefetchFlight < 1<<20 {
-		return p, bad("prefetch-inflight", fmt.Errorf("%q: want a size of at least 1MiB", f.prefetchFlight))
+	if p.prefetchInflight, err = cache.ParseSize(f.prefetchInflight); err != nil || p.prefetchInflight < 1<<20 {
+		return p, bad("prefetch-inflight", fmt.Errorf("%q: want a size of at least 1MiB", f.prefetchInflight))
 	}
 	if p.blockSize, err = cache.ParseSize(f.blockSize); err != nil || p.blockSize < 64<<10 || p.blockSize > 256<<20 {
 		return p, bad("block-size", fmt.Errorf("%q: want a size from 64KiB to 256MiB", f.blockSize))
@@ -250,7 +250,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		BlockSize:     p.blockSize,
 		MaxInflight:   f.maxInflight,
 		MemoryBudget:  p.prefetchMem,
-		PrefetchBytes: p.prefetchFlight,
+		PrefetchBytes: p.prefetchInflight,
 		CrossFile:     p.crossFile,
 		// An epoch reads every file once: fetch the rest of the directories
 		// being read, as far as the cache can keep them.

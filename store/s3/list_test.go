@@ -93,19 +93,7 @@ func TestSplitListing(t *testing.T) {
 	list := func(st *s3.Store, prefix string, recursive bool) ([]string, int64) {
 		t.Helper()
 		before := lists.Load()
-		var got []string
-		err := st.List(ctx, prefix, recursive, func(o store.Object) error {
-			if o.IsPrefix {
-				got = append(got, o.Key+" (dir)")
-			} else {
-				got = append(got, o.Key)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(got)
+		got := listed(t, st, prefix, recursive)
 		return got, lists.Load() - before
 	}
 	serial, parallel := open(1), open(8)
@@ -132,6 +120,26 @@ func TestSplitListing(t *testing.T) {
 			})
 		}
 	}
+}
+
+// listed lists prefix and returns the keys sorted, common prefixes marked
+// " (dir)".
+func listed(t *testing.T, st *s3.Store, prefix string, recursive bool) []string {
+	t.Helper()
+	var got []string
+	err := st.List(context.Background(), prefix, recursive, func(o store.Object) error {
+		if o.IsPrefix {
+			got = append(got, o.Key+" (dir)")
+		} else {
+			got = append(got, o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	return got
 }
 
 func minus(a, b []string) []string {

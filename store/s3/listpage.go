@@ -166,12 +166,12 @@ func scanPage(b []byte) (*page, bool) {
 				return nil, false
 			}
 			rest = after
-			k, ok1 := text(body, "Key")
-			key, err := decodeName(k, enc)
-			if !ok1 || err != nil {
+			key, ok := name(body, "Key", enc)
+			if !ok {
 				return nil, false
 			}
 			o := store.Object{Key: key}
+			var err error
 			if v, ok := text(body, "Size"); ok {
 				if o.Size, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
 					return nil, false
@@ -192,23 +192,22 @@ func scanPage(b []byte) (*page, bool) {
 				return nil, false
 			}
 			rest = after
-			v, ok1 := text(body, "Prefix")
-			p, err := decodeName(v, enc)
-			if !ok1 || err != nil {
+			p, ok := name(body, "Prefix", enc)
+			if !ok {
 				return nil, false
 			}
 			pg.prefixes = append(pg.prefixes, p)
 		default:
 			// a top-level element: read the few that matter
-			for _, name := range []string{"IsTruncated", "NextContinuationToken", "KeyCount"} {
-				if !bytes.HasPrefix(rest[1:], []byte(name+">")) {
+			for _, tag := range []string{"IsTruncated", "NextContinuationToken", "KeyCount"} {
+				if !bytes.HasPrefix(rest[1:], []byte(tag+">")) {
 					continue
 				}
-				v, ok := text(rest, name)
+				v, ok := text(rest, tag)
 				if !ok {
 					return nil, false
 				}
-				switch name {
+				switch tag {
 				case "IsTruncated":
 					b, err := strconv.ParseBool(strings.TrimSpace(v)) // as encoding/xml reads a bool
 					if err != nil {
@@ -232,6 +231,16 @@ func scanPage(b []byte) (*page, bool) {
 		return nil, false
 	}
 	return pg, true
+}
+
+// name reads a key or prefix element, undoing the listing's encoding.
+func name(b []byte, tag, encoding string) (string, bool) {
+	v, ok := text(b, tag)
+	if !ok {
+		return "", false
+	}
+	s, err := decodeName(v, encoding)
+	return s, err == nil
 }
 
 // cut splits b, which starts with "<name>", at the matching "</name>":

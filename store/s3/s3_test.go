@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/dataccel/dataccel/internal/testenv"
@@ -33,20 +34,8 @@ func TestStatListRead(t *testing.T) {
 	want["p/top"] = "top"
 
 	// one level: files and common prefixes
-	var level []string
-	err := st.List(ctx, "p/", false, func(o store.Object) error {
-		if o.IsPrefix {
-			level = append(level, o.Key+"(dir)")
-		} else {
-			level = append(level, o.Key)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(level)
-	if fmt.Sprint(level) != "[p/d0/(dir) p/d1/(dir) p/d2/(dir) p/d3/(dir) p/d4/(dir) p/top]" {
+	level := listed(t, st, "p/", false)
+	if strings.Join(level, ",") != "p/d0/ (dir),p/d1/ (dir),p/d2/ (dir),p/d3/ (dir),p/d4/ (dir),p/top" {
 		t.Fatalf("level listing: %v", level)
 	}
 
