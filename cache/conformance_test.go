@@ -28,10 +28,16 @@ func newDiskTier(t *testing.T) (Tier, func()) {
 	return d, d.Flush
 }
 
+func newBufferedDiskTier(t *testing.T) (Tier, func()) {
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, Compress: true, QueueLen: 1024, MinFreeFraction: -1, Buffered: true})
+	return d, d.Flush
+}
+
 func tierCases() []tierCase {
 	return []tierCase{
 		{"RAM", newRAMTier},
-		{"Disk", newDiskTier},
+		{"Disk", newDiskTier}, // direct I/O where t.TempDir() allows it
+		{"DiskBuffered", newBufferedDiskTier},
 		{"Tiered", func(t *testing.T) (Tier, func()) {
 			r, _ := newRAMTier(t)
 			d, _ := newDiskTier(t)

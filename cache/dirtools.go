@@ -39,6 +39,7 @@ type scannedSeg struct {
 	path string
 	f    *os.File // open (read only) when kept
 	size int64    // file size
+	hdr  int64    // bytes before the first record (the header and its padding)
 	recs []recInfo
 	end  int64 // where the valid records end
 	why  scanEnd
@@ -99,6 +100,12 @@ func (sc *scannedSeg) scan(keep bool) {
 		return
 	}
 	sc.size = fi.Size()
+	var sh [segHeaderLen]byte
+	if _, err := f.ReadAt(sh[:], 0); err == nil {
+		if align, ok := parseSegmentHeader(sh[:], sc.seq); ok {
+			sc.hdr = firstRecord(align)
+		}
+	}
 	sc.end, sc.why, sc.err = scanSegment(f, sc.seq, sc.size, func(r recInfo) bool {
 		sc.recs = append(sc.recs, r)
 		return true
@@ -191,7 +198,8 @@ func StatDir(dir string) (DirStat, error) {
 }
 
 // RecordSpan is where one live record of a cache directory sits: bytes
-// [Off, Off+Len) of the segment file at Path, header then payload.
+// [Off, Off+Len) of the segment file at Path, header then payload (any
+// alignment padding after it is not counted).
 type RecordSpan struct {
 	Path     string
 	Off, Len int64
@@ -213,7 +221,7 @@ func Records(dir string) ([]RecordSpan, error) {
 	for _, sc := range found {
 		for _, r := range sc.recs {
 			if sc.err == nil && !r.dead {
-				out = append(out, RecordSpan{Path: sc.path, Off: r.off, Len: r.n})
+				out = append(out, RecordSpan{Path: sc.path, Off: r.off, Len: r.recLen})
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -20,10 +21,17 @@ import (
 // Segment file layout (little endian):
 //
 //	0  magic "DACS"
-//	4  version u8 (2)
-//	5  reserved [3]
+//	4  version u8: 2, records back to back from offset 16; 3, aligned
+//	5  version 3: log2 of the alignment A (12: 4 KiB); version 2: 0
+//	6  reserved [2]
 //	8  seq u64 (the number in the file name)
-//	16 records, back to back
+//	16 records: version 2 back to back; version 3 each at a multiple of A
+//	   (the first at A), zero-padded to the next multiple
+//
+// Version 3 is what direct I/O needs (aligned offsets and lengths): its
+// writes bypass the page cache, which would otherwise hold a second copy
+// of every block the RAM tier holds. A record's length in the index and
+// the policy (its span) includes its padding.
 //
 // Record layout, the block encoding of format 1 unchanged (version 1):
 //
@@ -56,11 +64,15 @@ const (
 	// are at most 1024 bytes).
 	maxKeyLen = 64 << 10
 
-	segMagic     = "DACS"
-	segVersion   = 2
-	segHeaderLen = 16
-	segDirName   = "segments"
-	segSuffix    = ".seg"
+	segMagic        = "DACS"
+	segVersion      = 2 // records back to back
+	segVersionAlign = 3 // records aligned
+	segHeaderLen    = 16
+	// Alignment bounds for version 3 (log2).
+	minAlignShift = 9
+	maxAlignShift = 16
+	segDirName    = "segments"
+	segSuffix     = ".seg"
 )
 
 var errCorrupt = errors.New("corrupt cache block")
@@ -112,13 +124,48 @@ func parseSegmentName(name string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// segmentHeader returns the header of segment seq.
-func segmentHeader(seq uint64) []byte {
-	hdr := make([]byte, segHeaderLen)
+// segmentHeader returns the header of segment seq whose records are
+// aligned to align bytes (0: back to back). With alignment, the header is
+// zero-padded to the first record, align bytes.
+func segmentHeader(seq uint64, align int64) []byte {
+	hdr := make([]byte, max(segHeaderLen, align))
 	copy(hdr, segMagic)
 	hdr[4] = segVersion
+	if align > 0 {
+		hdr[4] = segVersionAlign
+		hdr[5] = byte(bits.TrailingZeros64(uint64(align)))
+	}
 	binary.LittleEndian.PutUint64(hdr[8:], seq)
 	return hdr
+}
+
+// firstRecord is the offset of a segment's first record.
+func firstRecord(align int64) int64 { return max(segHeaderLen, align) }
+
+// alignUp rounds n up to a multiple of align (a power of two; 0: n).
+func alignUp(n, align int64) int64 {
+	if align <= 1 {
+		return n
+	}
+	return (n + align - 1) &^ (align - 1)
+}
+
+// parseSegmentHeader checks a segment header against seq and returns the
+// records' alignment (0: back to back).
+func parseSegmentHeader(sh []byte, seq uint64) (align int64, ok bool) {
+	if len(sh) < segHeaderLen || string(sh[0:4]) != segMagic || binary.LittleEndian.Uint64(sh[8:]) != seq {
+		return 0, false
+	}
+	switch sh[4] {
+	case segVersion:
+		return 0, true
+	case segVersionAlign:
+		if sh[5] < minAlignShift || sh[5] > maxAlignShift {
+			return 0, false
+		}
+		return 1 << sh[5], true
+	}
+	return 0, false
 }
 
 // compressor decides whether a block is worth compressing and does it. It
@@ -279,9 +326,11 @@ func decodeBlock(buf []byte, k Key) ([]byte, error) {
 // and returns the raw bytes.
 func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 	payload := buf[h.headerLen:]
-	if uint64(len(payload)) != h.payloadLen {
+	// Up to one alignment of padding may follow the payload.
+	if uint64(len(payload)) < h.payloadLen || uint64(len(payload))-h.payloadLen >= 1<<maxAlignShift {
 		return nil, fmt.Errorf("%w: payload length", errCorrupt)
 	}
+	payload = payload[:h.payloadLen]
 	raw := payload
 	if h.flags&flagS2 != 0 {
 		n, err := s2.DecodedLen(payload)
@@ -303,8 +352,9 @@ func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 type recInfo struct {
 	id  uint64
 	off int64
-	n   int64 // record length
-	// From the header, for StatDir.
+	n   int64 // record length, with its padding (its span)
+	// From the header, for StatDir and Records.
+	recLen             int64 // header and payload
 	rawLen, payloadLen uint64
 	flags              byte
 	// Set by resolve.
@@ -327,7 +377,7 @@ const (
 // calls fn for each valid record in order until fn returns false. A torn or
 // invalid record ends the scan: the records before it stay valid. It
 // returns where the valid records end and why it stopped; err is an I/O
-// error.
+// error. A record's length (recInfo.n) includes its padding.
 func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (end int64, why scanEnd, err error) {
 	var sh [segHeaderLen]byte
 	if size < segHeaderLen {
@@ -336,7 +386,8 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 	if _, err := r.ReadAt(sh[:], 0); err != nil {
 		return 0, scanTorn, ioErr(err)
 	}
-	if string(sh[0:4]) != segMagic || sh[4] != segVersion || binary.LittleEndian.Uint64(sh[8:]) != seq {
+	align, ok := parseSegmentHeader(sh[:], seq)
+	if !ok {
 		return 0, scanCorrupt, nil
 	}
 	// Headers are read through a window: one pread per header for large
@@ -365,7 +416,10 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		wOff, wLen = off, m
 		return buf[:min(n, m)], nil
 	}
-	off := int64(segHeaderLen)
+	off := firstRecord(align)
+	if off > size {
+		return segHeaderLen, scanTorn, nil
+	}
 	for off < size {
 		b, err := get(off, fixedHeader+8+256) // a typical header in one read
 		if err != nil {
@@ -389,11 +443,11 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		if perr != nil {
 			return off, scanCorrupt, nil
 		}
-		n := h.recordLen()
+		n := alignUp(h.recordLen(), align)
 		if off+n > size {
 			return off, scanTorn, nil
 		}
-		ri := recInfo{id: keyHashBytes(h.object, h.etag, h.block), off: off, n: n,
+		ri := recInfo{id: keyHashBytes(h.object, h.etag, h.block), off: off, n: n, recLen: h.recordLen(),
 			rawLen: h.rawLen, payloadLen: h.payloadLen, flags: h.flags}
 		if !fn(ri) {
 			return off + n, scanStopped, nil

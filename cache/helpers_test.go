@@ -55,6 +55,27 @@ func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
 
 // openDisk opens a disk tier in dir and closes it at cleanup.
+// layouts runs fn for both record layouts the file system allows: aligned
+// with direct I/O (where supported) and back to back through the page cache.
+func layouts(t *testing.T, fn func(t *testing.T, buffered bool)) {
+	t.Run("direct", func(t *testing.T) {
+		if recordAlign(t) == 0 {
+			t.Skip("no direct I/O on the file system of t.TempDir()")
+		}
+		fn(t, false)
+	})
+	t.Run("buffered", func(t *testing.T) { fn(t, true) })
+}
+
+// recordAlign is the record alignment a disk tier in t.TempDir() uses by
+// default (0: none, no direct I/O there).
+func recordAlign(t testing.TB) int64 {
+	t.Helper()
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 1 << 20})
+	defer d.Close()
+	return d.align
+}
+
 func openDisk(t testing.TB, opts DiskOptions) *Disk {
 	t.Helper()
 	if opts.Logger == nil {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // segment is one segment file: an append-only run of records. Its fd stays
@@ -18,6 +20,10 @@ type segment struct {
 	seq  uint64
 	path string
 	f    *os.File
+	hdr  int64 // bytes before the first record: the header and its padding
+	// df is f's twin opened with O_DIRECT, for appends, on segments this
+	// run creates while direct I/O works; nil otherwise.
+	df *os.File
 	// refs: one for the Disk's table (dropped when the segment is removed
 	// or the Disk closes) plus one per I/O in progress; the last release
 	// closes f.
@@ -43,6 +49,9 @@ func (s *segment) acquire() { s.refs.Add(1) }
 func (s *segment) release() {
 	if s.refs.Add(-1) == 0 && s.f != nil {
 		s.f.Close()
+		if s.df != nil {
+			s.df.Close()
+		}
 	}
 }
 
@@ -52,11 +61,36 @@ func (s *segment) release() {
 type appender struct {
 	d      *Disk
 	active *segment // nil until the first append
+	// stage is page-aligned memory (mmap) where an aligned record is put
+	// together for one write; reused, so writes touch no fresh memory.
+	stage []byte
+}
+
+// staged returns n bytes of a's staging buffer, growing it as needed.
+func (a *appender) staged(n int64) ([]byte, error) {
+	if int64(len(a.stage)) < n {
+		a.freeStage()
+		size := int(alignUp(n, 1<<20))
+		b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, fmt.Errorf("staging buffer: %w", err)
+		}
+		a.stage = b
+	}
+	return a.stage[:n], nil
+}
+
+func (a *appender) freeStage() {
+	if a.stage != nil {
+		_ = unix.Munmap(a.stage)
+		a.stage = nil
+	}
 }
 
 // append reserves n bytes at the end of the active segment (rotating to a
 // new segment when the active one is sealed or would grow past the target),
-// writes parts there and, with Options.Sync, fdatasyncs it. On success the
+// writes parts there (zero-padded to n: with alignment, n is the record's
+// span) and, with Options.Sync, fdatasyncs it. On success the
 // caller must end the append (finishLocked or the compactor's equivalent)
 // with the returned segment and offset. On error the append is undone
 // here: the segment is sealed and cut back to off (or, if that fails, the
@@ -66,7 +100,7 @@ func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, er
 	for {
 		d.mu.Lock()
 		s := a.active
-		if s != nil && !s.sealed && (s.size == segHeaderLen || s.size+n <= d.segTarget) {
+		if s != nil && !s.sealed && (s.size == firstRecord(d.align) || s.size+n <= d.segTarget) {
 			off = s.size
 			s.size += n
 			s.pendBytes += n
@@ -95,13 +129,17 @@ func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, er
 		d.mu.Unlock()
 	}
 	defer seg.release()
-	pos := off
-	for _, p := range parts {
-		if _, err = seg.f.WriteAt(p, pos); err != nil {
-			err = fmt.Errorf("write %s: %w", seg.path, err)
-			break
+	if d.align > 0 {
+		err = a.writeAligned(seg, off, n, parts)
+	} else {
+		pos := off
+		for _, p := range parts {
+			if _, err = seg.f.WriteAt(p, pos); err != nil {
+				err = fmt.Errorf("write %s: %w", seg.path, err)
+				break
+			}
+			pos += int64(len(p))
 		}
-		pos += int64(len(p))
 	}
 	if err == nil && d.opts.Sync {
 		if err = syscall.Fdatasync(int(seg.f.Fd())); err != nil {
@@ -129,8 +167,41 @@ func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, er
 	return seg, off, nil
 }
 
+// writeAligned writes parts, zero-padded to n bytes, at off: one direct
+// write from the staging buffer where the segment allows it, else one
+// write through the page cache.
+func (a *appender) writeAligned(seg *segment, off, n int64, parts [][]byte) error {
+	buf, err := a.staged(n)
+	if err != nil {
+		return err
+	}
+	pos := 0
+	for _, p := range parts {
+		pos += copy(buf[pos:], p)
+	}
+	clear(buf[pos:])
+	if seg.df != nil && a.d.direct.Load() {
+		_, err := seg.df.WriteAt(buf, off)
+		if !errors.Is(err, syscall.EINVAL) {
+			if err != nil {
+				return fmt.Errorf("write %s: %w", seg.path, err)
+			}
+			return nil
+		}
+		// The file system took O_DIRECT at open but refuses the write:
+		// go on through the page cache (same layout).
+		a.d.direct.Store(false)
+		a.d.log.Debug("disk cache: direct I/O refused; writing through the page cache", "dir", a.d.dir, "err", err)
+	}
+	if _, err := seg.f.WriteAt(buf, off); err != nil {
+		return fmt.Errorf("write %s: %w", seg.path, err)
+	}
+	return nil
+}
+
 // seal ends the appender's active segment (at Close).
 func (a *appender) seal() {
+	defer a.freeStage()
 	d := a.d
 	d.mu.Lock()
 	var drop []*segment
@@ -155,12 +226,23 @@ func (d *Disk) createSegment() (*segment, error) {
 		if err != nil {
 			return nil, fmt.Errorf("create segment: %w", err)
 		}
-		if _, err := f.WriteAt(segmentHeader(seq), 0); err != nil {
+		// The header goes through the page cache, direct writes only ever
+		// touch the records after it.
+		hdr := segmentHeader(seq, d.align)
+		if _, err := f.WriteAt(hdr, 0); err != nil {
 			f.Close()
 			os.Remove(path)
 			return nil, fmt.Errorf("write segment header %s: %w", path, err)
 		}
-		s := &segment{seq: seq, path: path, f: f, size: segHeaderLen, dead: segHeaderLen}
+		s := &segment{seq: seq, path: path, f: f, hdr: int64(len(hdr)), size: int64(len(hdr)), dead: int64(len(hdr))}
+		if d.align > 0 && d.direct.Load() {
+			if df, err := os.OpenFile(path, os.O_WRONLY|syscall.O_DIRECT, 0); err == nil {
+				s.df = df
+			} else {
+				d.direct.Store(false)
+				d.log.Debug("disk cache: no direct I/O; writing through the page cache", "dir", d.dir, "err", err)
+			}
+		}
 		s.refs.Store(1)
 		return s, nil
 	}
@@ -298,7 +380,7 @@ func (d *Disk) pickCompaction() *segment {
 	}
 	var best, bestActive *segment
 	for _, s := range d.segs {
-		if s.removed || s.busy || s.dead <= segHeaderLen || !qualifies(s) {
+		if s.removed || s.busy || s.dead <= s.hdr || !qualifies(s) {
 			continue
 		}
 		if s.sealed {
@@ -374,6 +456,11 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 			return true
 		} else if _, err := decodePayload(rec, &h); err != nil {
 			d.corrupt(r.id, cur, err)
+			return true
+		} else if alignUp(h.recordLen(), d.align) != r.n {
+			// From a segment of the other layout: its span here would
+			// differ from the one the policy holds. Dropped, not copied.
+			d.forget(r.id, cur)
 			return true
 		}
 		seg, off, err := a.append(r.n, rec)
