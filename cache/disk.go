@@ -44,8 +44,8 @@ type DiskOptions struct {
 	// slices (shared with the RAM tier under Tiered), so it pins at most
 	// QueueLen blocks of memory.
 	QueueLen int
-	// Writers is the number of background writer goroutines (default 2);
-	// each appends to its own segment.
+	// Writers is the number of background writer goroutines (default 2,
+	// 4 with direct I/O); each appends to its own segment.
 	Writers int
 	// Buffered writes through the page cache. By default writes use direct
 	// I/O where the file system supports it (statx reports its alignment):
@@ -198,9 +198,6 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 64
 	}
-	if opts.Writers <= 0 {
-		opts.Writers = 2
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -234,7 +231,14 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		}
 		d.fail("open", err)
 	}
-	for i := 0; i < opts.Writers; i++ {
+	if d.opts.Writers <= 0 {
+		// A direct write waits for the device: more writers keep it busy.
+		d.opts.Writers = 2
+		if d.direct.Load() {
+			d.opts.Writers = 4
+		}
+	}
+	for i := 0; i < d.opts.Writers; i++ {
 		d.wg.Add(1)
 		go d.writer()
 	}
@@ -640,38 +644,77 @@ func (d *Disk) writer() {
 	a := &appender{d: d}
 	defer a.seal()
 	var c compressor
-	for it := range d.queue {
-		d.write(a, &c, it.key, it.data)
-		d.done()
+	var batch []putItem
+	var next putItem // taken from the queue, for the next batch
+	have, open := false, true
+	for have || open {
+		if !have {
+			if next, open = <-d.queue; !open {
+				break
+			}
+		}
+		batch, next, have, open = d.gather(append(batch[:0], next))
+		d.write(a, &c, batch)
+		for i := range batch {
+			batch[i] = putItem{} // let the blocks go
+			d.done()
+		}
 	}
 }
 
-// write stores one block: admission and eviction, then an append to the
-// writer's segment; the record enters the index once written, so a crash
-// at any moment leaves at worst a torn record at the end of a segment,
-// which the next open ignores.
-func (d *Disk) write(a *appender, c *compressor, k Key, b []byte) {
+// Batches: blocks already queued when a writer takes one go with it, up to
+// these bounds, in one write. One write per block would leave the queue
+// full (and drop blocks) while each direct write waits for the device.
+const (
+	maxBatchBytes = 4 << 20
+	maxBatchItems = 64
+)
+
+// gather adds to batch the blocks queued now while the batch stays within
+// its bounds (a quarter of a segment, a sixteenth of the cache). The block
+// that would not fit is returned as next (have); open is false once the
+// queue is closed.
+func (d *Disk) gather(batch []putItem) (_ []putItem, next putItem, have, open bool) {
+	limit := min(maxBatchBytes, d.segTarget/4, d.max/16)
+	bytes := int64(len(batch[0].data))
+	for len(batch) < maxBatchItems {
+		select {
+		case it, ok := <-d.queue:
+			if !ok {
+				return batch, putItem{}, false, false
+			}
+			if bytes+int64(len(it.data)) > limit {
+				return batch, it, true, true
+			}
+			batch = append(batch, it)
+			bytes += int64(len(it.data))
+		default:
+			return batch, putItem{}, false, true
+		}
+	}
+	return batch, putItem{}, false, true
+}
+
+// zeroPad is the source of alignment padding.
+var zeroPad [dioAlign]byte
+
+// record is a block admitted for writing.
+type record struct {
+	id     uint64
+	parts  [][]byte // header, payload, padding
+	span   int64
+	saved  int64
+	offset int64 // in the batch
+}
+
+// write stores a batch of blocks: admission and eviction for each, then one
+// append to the writer's segment; each record enters the index once
+// written, so a crash at any moment leaves at worst a torn record at the
+// end of a segment, which the next open ignores.
+func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	if d.disabled.Load() {
 		return
 	}
-	id := keyHash(k)
-	d.mu.Lock()
-	_, busy := d.inflight[id]
-	if busy || d.policy.Contains(id) {
-		d.mu.Unlock()
-		return // content under one ETag never changes: nothing to do
-	}
-	d.inflight[id] = struct{}{}
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.inflight, id)
-		d.mu.Unlock()
-	}()
-
-	hdr, payload, saved := c.encodeBlock(k, b, d.opts.Compress)
-	size := alignUp(int64(len(hdr)+len(payload)), d.align)
-
 	var avail int64
 	if d.minFree >= 0 {
 		var st syscall.Statfs_t
@@ -682,34 +725,73 @@ func (d *Disk) write(a *appender, c *compressor, k Key, b []byte) {
 		avail = int64(st.Bavail) * int64(st.Bsize)
 		avail -= int64(d.minFree * float64(st.Blocks) * float64(st.Bsize))
 	}
-	d.mu.Lock()
-	// Segment bytes = live + dead: the policy gets what is left for live
-	// records once dead bytes (until reclaimed) are counted.
-	limit := d.max
-	if d.minFree >= 0 {
-		// avail is already net of the floor; it may be negative.
-		limit = min(limit, d.policy.Used()+d.dead+avail)
+	var recs []record
+	var marked []uint64 // in d.inflight, for this batch
+	var total int64
+	defer func() {
+		d.mu.Lock()
+		for _, id := range marked {
+			delete(d.inflight, id)
+		}
+		d.mu.Unlock()
+	}()
+	for _, it := range batch {
+		id := keyHash(it.key)
+		d.mu.Lock()
+		_, busy := d.inflight[id]
+		if busy || d.policy.Contains(id) {
+			d.mu.Unlock()
+			continue // content under one ETag never changes: nothing to do
+		}
+		d.inflight[id] = struct{}{}
+		marked = append(marked, id)
+		d.mu.Unlock()
+
+		hdr, payload, saved := c.encodeBlock(it.key, it.data, d.opts.Compress)
+		n := int64(len(hdr) + len(payload))
+		span := alignUp(n, d.align)
+
+		d.mu.Lock()
+		// Segment bytes = live + dead: the policy gets what is left for
+		// live records once dead bytes (until reclaimed) are counted.
+		limit := d.max
+		if d.minFree >= 0 {
+			// avail is net of the floor (it may be negative) and of the
+			// records of this batch, not yet written.
+			limit = min(limit, d.policy.Used()+d.dead+avail-total)
+		}
+		limit -= d.dead
+		ok, victims := d.policy.Admit(id, span, limit)
+		drop := d.evictLocked(victims, nil)
+		if !ok {
+			d.kickLocked(true)
+		}
+		d.publish()
+		d.mu.Unlock()
+		d.removeSegments(drop)
+		if !ok {
+			d.stats.DiskRejected.Add(1)
+			continue
+		}
+		recs = append(recs, record{id: id, parts: [][]byte{hdr, payload, zeroPad[:span-n]}, span: span, saved: saved, offset: total})
+		total += span
 	}
-	limit -= d.dead
-	ok, victims := d.policy.Admit(id, size, limit)
-	drop := d.evictLocked(victims, nil)
-	if !ok {
-		d.kickLocked(true)
-	}
-	d.publish()
-	d.mu.Unlock()
-	d.removeSegments(drop)
-	if !ok {
-		d.stats.DiskRejected.Add(1)
+	if len(recs) == 0 {
 		return
 	}
-	seg, off, err := a.append(size, hdr, payload)
+	parts := make([][]byte, 0, 3*len(recs))
+	for _, r := range recs {
+		parts = append(parts, r.parts...)
+	}
+	seg, off, err := a.append(total, len(recs), parts...)
+	var drop []*segment
 	d.mu.Lock()
-	if err != nil {
-		d.policy.Remove(id)
-		drop = nil
-	} else {
-		drop = d.finishLocked(seg, off, size, id, nil)
+	for _, r := range recs {
+		if err != nil {
+			d.policy.Remove(r.id)
+		} else {
+			drop = d.finishLocked(seg, off+r.offset, r.span, r.id, drop)
+		}
 	}
 	d.publish()
 	d.mu.Unlock()
@@ -718,9 +800,11 @@ func (d *Disk) write(a *appender, c *compressor, k Key, b []byte) {
 		d.fail("write", err)
 		return
 	}
-	d.stats.DiskWrites.Add(1)
-	d.stats.DiskWriteBytes.Add(size)
-	d.stats.DiskSavedBytes.Add(saved)
+	for _, r := range recs {
+		d.stats.DiskWrites.Add(1)
+		d.stats.DiskWriteBytes.Add(r.span)
+		d.stats.DiskSavedBytes.Add(r.saved)
+	}
 }
 
 // StateName is the file where Close saves the policy's learned reuse

@@ -87,15 +87,15 @@ func (a *appender) freeStage() {
 	}
 }
 
-// append reserves n bytes at the end of the active segment (rotating to a
+// append reserves n bytes for count records at the end of the active segment (rotating to a
 // new segment when the active one is sealed or would grow past the target),
-// writes parts there (zero-padded to n: with alignment, n is the record's
-// span) and, with Options.Sync, fdatasyncs it. On success the
-// caller must end the append (finishLocked or the compactor's equivalent)
-// with the returned segment and offset. On error the append is undone
+// writes parts there (with alignment, the records' padding among them) and,
+// with Options.Sync, fdatasyncs it. On success the caller must end each
+// record's append (finishLocked, or the compactor's equivalent) with the
+// returned segment and the record's offset. On error the append is undone
 // here: the segment is sealed and cut back to off (or, if that fails, the
 // bytes are dead).
-func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, err error) {
+func (a *appender) append(n int64, count int, parts ...[]byte) (seg *segment, off int64, err error) {
 	d := a.d
 	for {
 		d.mu.Lock()
@@ -104,7 +104,7 @@ func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, er
 			off = s.size
 			s.size += n
 			s.pendBytes += n
-			s.pending++
+			s.pending += count
 			s.acquire()
 			d.mu.Unlock()
 			seg = s
@@ -149,7 +149,7 @@ func (a *appender) append(n int64, parts ...[]byte) (seg *segment, off int64, er
 	if err != nil {
 		cut := seg.f.Truncate(off) == nil
 		d.mu.Lock()
-		seg.pending--
+		seg.pending -= count
 		seg.pendBytes -= n
 		seg.sealed = true
 		if cut {
@@ -463,7 +463,7 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 			d.forget(r.id, cur)
 			return true
 		}
-		seg, off, err := a.append(r.n, rec)
+		seg, off, err := a.append(r.n, 1, rec)
 		if err != nil {
 			d.fail("compact: write", err)
 			return false
