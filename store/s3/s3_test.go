@@ -13,6 +13,7 @@ import (
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
+	"github.com/dataccel/dataccel/store/s3"
 )
 
 var srv *testenv.Server
@@ -90,5 +91,84 @@ func TestErrors(t *testing.T) {
 	}
 	if err := st.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadKeys: ranged reads of keys that need encoding in a URL, each
+// signed for its path, against the real server.
+func TestReadKeys(t *testing.T) {
+	st := srv.NewBucket(t)
+	ctx := context.Background()
+	keys := []string{"plain.jpg", "a b/c d.jpg", "plus+eq=amp&.jpg", "pct%20x", "q?hash#x", "ünï/çødé/日本.png",
+		"tilde~star*(x)!", "semi;colon,comma'quote", "a//b"}
+	for i, k := range keys {
+		data := bytes.Repeat([]byte{byte('a' + i)}, 100+i)
+		obj := testenv.Put(t, st, k, data)
+		for _, r := range []struct{ off, n int64 }{{0, -1}, {0, 10}, {7, 20}, {50, -1}} {
+			rc, err := st.ReadRange(ctx, obj, r.off, r.n)
+			if err != nil {
+				t.Fatalf("read %q [%d,+%d): %v", k, r.off, r.n, err)
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			end := int64(len(data))
+			if r.n > 0 {
+				end = r.off + r.n
+			}
+			if err != nil || !bytes.Equal(b, data[r.off:end]) {
+				t.Fatalf("read %q [%d,+%d): %d bytes, %v", k, r.off, r.n, len(b), err)
+			}
+		}
+	}
+}
+
+// TestReadErrors: a GET that cannot be served says why, as the store's
+// sentinel errors.
+func TestReadErrors(t *testing.T) {
+	ctx := context.Background()
+	st := srv.NewBucket(t)
+	obj := testenv.Put(t, st, "d/k", []byte("some bytes"))
+	with := func(edit func(*s3.Config)) *s3.Store {
+		c := srv.Config(st.Bucket())
+		edit(&c)
+		s, err := s3.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := obj
+	missing.Key = "d/missing"
+	cases := []struct {
+		name string
+		st   *s3.Store
+		obj  store.Object
+		want error
+	}{
+		{"missing key", st, missing, store.ErrNotExist},
+		{"missing bucket", with(func(c *s3.Config) { c.Bucket = "no-such-bucket-here" }), obj, store.ErrNoBucket},
+		{"wrong secret", with(func(c *s3.Config) { c.Credentials.SecretKey = "wrong" }), obj, store.ErrAccess},
+		{"unknown key id", with(func(c *s3.Config) { c.Credentials.AccessKey = "nobody" }), obj, store.ErrAccess},
+		{"anonymous", with(func(c *s3.Config) { c.Credentials = s3.Credentials{} }), obj, store.ErrAccess},
+		{"unreachable", with(func(c *s3.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port) }), obj, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rc, err := c.st.ReadRange(ctx, c.obj, 0, 4)
+			if err == nil {
+				rc.Close()
+			}
+			if err == nil || c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if strings.Contains(err.Error(), "wrong") || strings.Contains(err.Error(), srv.Config("").Credentials.SecretKey) {
+				t.Fatalf("the error shows a secret: %v", err)
+			}
+			t.Log(err)
+		})
 	}
 }

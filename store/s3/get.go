@@ -1,0 +1,213 @@
+package s3
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// GETs are built and signed here (SigV4, unsigned payload, the signing key
+// kept for the day) rather than by minio-go, whose request building and
+// signing cost about as much client CPU as the rest of a small GET. How the
+// bucket is addressed (path or virtual host) and the region are learned
+// once from a URL minio-go presigns, so both paths address the same URL.
+
+// getter sends GETs for one bucket.
+type getter struct {
+	presigner *minio.Client
+	creds     *credentials.Credentials // nil: anonymous
+	bucket    string
+	http      *http.Client
+
+	mu     sync.Mutex
+	base   string // guarded by mu; scheme://host, "" until learned
+	prefix string // guarded by mu; the path before a key ("/bucket/" or "/")
+	region string // guarded by mu
+	day    string // guarded by mu; the date (yyyymmdd) of key
+	secret string // guarded by mu; the secret key was derived from
+	key    []byte // guarded by mu; signing key for day, region, s3
+}
+
+// target returns the base URL, the path prefix and the region, learning
+// them on first use.
+func (g *getter) target(ctx context.Context) (base, prefix, region string, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.base != "" {
+		return g.base, g.prefix, g.region, nil
+	}
+	const probe = "k"
+	u, err := g.presigner.Presign(ctx, http.MethodGet, g.bucket, probe, time.Minute, nil)
+	if err != nil {
+		return "", "", "", mapErr(err)
+	}
+	// X-Amz-Credential is key-id/date/region/s3/aws4_request.
+	scope := strings.Split(u.Query().Get("X-Amz-Credential"), "/")
+	if len(scope) != 5 || !strings.HasSuffix(u.Path, "/"+probe) {
+		return "", "", "", fmt.Errorf("unexpected presigned URL form for bucket %q", g.bucket)
+	}
+	g.base, g.prefix, g.region = u.Scheme+"://"+u.Host, strings.TrimSuffix(u.Path, probe), scope[2]
+	return g.base, g.prefix, g.region, nil
+}
+
+// signingKey returns the SigV4 key for secret on day, derived once a day.
+func (g *getter) signingKey(secret, day, region string) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.day != day || g.secret != secret {
+		k := hmacSHA256([]byte("AWS4"+secret), day)
+		k = hmacSHA256(k, region)
+		k = hmacSHA256(k, "s3")
+		g.key, g.day, g.secret = hmacSHA256(k, "aws4_request"), day, secret
+	}
+	return g.key
+}
+
+func hmacSHA256(key []byte, data string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(data))
+	return h.Sum(nil)
+}
+
+const unsignedPayload = "UNSIGNED-PAYLOAD"
+
+// get sends GET for obj's bytes [off, off+n) (n < 0: to the end), If-Match
+// its ETag, and returns the body of a 200 or 206 answer.
+func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	base, prefix, region, err := g.target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	path := s3utils.EncodePath(prefix + obj.Key)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	var rng string
+	switch {
+	case n > 0:
+		rng = "bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+n-1, 10)
+	case off > 0:
+		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
+	}
+	var match string
+	if obj.ETag != "" {
+		match = `"` + obj.ETag + `"`
+		req.Header.Set("If-Match", match)
+	}
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	req.Header.Set("User-Agent", "dataccel/1")
+	if g.creds != nil {
+		v, err := g.creds.GetWithContext(&credentials.CredContext{Client: g.http})
+		if err != nil {
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
+		if v.AccessKeyID != "" {
+			g.sign(req, v, region, path, match, rng, unsignedPayload, time.Now())
+		}
+	}
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusPartialContent || (resp.StatusCode == http.StatusOK && off == 0):
+	case resp.StatusCode == http.StatusOK:
+		resp.Body.Close()
+		return nil, fmt.Errorf("the server ignored the range %s (status %s)", rng, resp.Status)
+	default:
+		defer resp.Body.Close()
+		return nil, mapErr(errorResponse(resp, g.bucket, obj.Key))
+	}
+	// A server that ignores If-Match would hand out the new version: check.
+	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); obj.ETag != "" && etag != "" && etag != obj.ETag {
+		resp.Body.Close()
+		return nil, fmt.Errorf("etag %s, want %s: %w", etag, obj.ETag, store.ErrChanged)
+	}
+	return resp.Body, nil
+}
+
+// sign adds SigV4 headers to req, a GET of path (as encoded in the URL)
+// with the given If-Match and Range values ("": none) and payload hash.
+func (g *getter) sign(req *http.Request, v credentials.Value, region, path, match, rng, payload string, now time.Time) {
+	stamp := now.UTC().Format("20060102T150405Z")
+	day := stamp[:8]
+	req.Header.Set("X-Amz-Date", stamp)
+	req.Header.Set("X-Amz-Content-Sha256", payload)
+	if v.SessionToken != "" {
+		req.Header.Set("X-Amz-Security-Token", v.SessionToken)
+	}
+	// Canonical request: headers in sorted order, lower case.
+	var cr, signed strings.Builder
+	cr.Grow(256 + len(path))
+	cr.WriteString("GET\n")
+	cr.WriteString(path)
+	cr.WriteString("\n\nhost:")
+	cr.WriteString(req.URL.Host)
+	cr.WriteByte('\n')
+	signed.WriteString("host")
+	if match != "" {
+		cr.WriteString("if-match:" + match + "\n")
+		signed.WriteString(";if-match")
+	}
+	if rng != "" {
+		cr.WriteString("range:" + rng + "\n")
+		signed.WriteString(";range")
+	}
+	cr.WriteString("x-amz-content-sha256:" + payload + "\nx-amz-date:" + stamp + "\n")
+	signed.WriteString(";x-amz-content-sha256;x-amz-date")
+	if v.SessionToken != "" {
+		cr.WriteString("x-amz-security-token:" + v.SessionToken + "\n")
+		signed.WriteString(";x-amz-security-token")
+	}
+	cr.WriteString("\n" + signed.String() + "\n" + payload)
+	sum := sha256.Sum256([]byte(cr.String()))
+	scope := day + "/" + region + "/s3/aws4_request"
+	toSign := "AWS4-HMAC-SHA256\n" + stamp + "\n" + scope + "\n" + hex.EncodeToString(sum[:])
+	sig := hex.EncodeToString(hmacSHA256(g.signingKey(v.SecretAccessKey, day, region), toSign))
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+v.AccessKeyID+"/"+scope+
+		", SignedHeaders="+signed.String()+", Signature="+sig)
+}
+
+// maxErrorBody bounds the error document read from a failed request.
+const maxErrorBody = 64 << 10
+
+// errorResponse reads an S3 error answer. A body without an error
+// document (a HEAD-like answer, a proxy's page) gets a code from the
+// status, as minio-go gives it.
+func errorResponse(resp *http.Response, bucket, key string) minio.ErrorResponse {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	e := minio.ErrorResponse{}
+	if xml.Unmarshal(body, &e) != nil || e.Code == "" {
+		e = minio.ErrorResponse{Message: strings.TrimSpace(string(body[:min(len(body), 200)]))}
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			e.Code = "NoSuchKey"
+		case http.StatusForbidden:
+			e.Code = "AccessDenied"
+		case http.StatusPreconditionFailed:
+			e.Code = "PreconditionFailed"
+		default:
+			e.Code = resp.Status
+		}
+	}
+	e.StatusCode, e.BucketName, e.Key = resp.StatusCode, bucket, key
+	return e
+}
