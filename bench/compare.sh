@@ -17,14 +17,15 @@
 # $OUT/summary.json and prints the table and the ratios.
 # Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
-# ORDER (shuffle, or dir) for phases A and B. A mix other than the default gets its own prefix.
+# ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
+# per worker). A mix other than the default gets its own prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
-ORDER=${ORDER:-shuffle}
+ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
 DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
@@ -100,7 +101,7 @@ mount_peer() { # KIND MNT
   RCLONE_OPTS="--use-server-modtime" "$PEERS/mount-peer.sh" "$1" "$2" >/dev/null
 }
 
-RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch 32 --compute-per-sample 0 --order "$ORDER" --seed 7
+RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0 --order "$ORDER" --seed 7
   --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
 
 say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk"
@@ -151,7 +152,7 @@ mount_peer s3fs "$OUT/mnt-s3fs"; LIST_S3FS=$(list_time "$OUT/mnt-s3fs/$FLAT"); "
 mount_peer rclone-full "$OUT/mnt-rclone"; LIST_RC=$(list_time "$OUT/mnt-rclone/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
 
 say "E. prefetch modes, 4 readers, cold each: --prefetch off, directory order, announced shuffled order"
-E_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 4 --batch 32 --compute-per-sample 0 --seed 7 --no-probe --rtt "${RTT_MS}ms" -q --epochs 1)
+E_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 4 --batch "$BATCH" --compute-per-sample 0 --seed 7 --no-probe --rtt "${RTT_MS}ms" -q --epochs 1)
 for mode in off dir announced; do
   server_warm
   case $mode in
@@ -167,10 +168,10 @@ say "summary"
 jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OUT/F.json" --arg warm_s "$WARM_S" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
-  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg ds "$DS" --arg order "$ORDER" '
+  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" --arg order "$ORDER" '
   def ep($p; $i): $p.epochs[$i].wall_s;
   ($a[0].paths) as $A | ($b[0].paths) as $B |
-  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber)},
+  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber), batch: ($batch|tonumber)},
     cold_s: {dataccel: ep($A[0];0), s3fs: ep($A[1];0), rclone: ep($A[2];0), direct: ep($A[3];0), local: ep($A[4];0)},
     warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
     announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
@@ -191,7 +192,7 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OU
       "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib),
       "4 readers: announced x prefetch off (>= 3)": (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced) }' > "$OUT/summary.json"
 jq -r '
-  "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers\n",
+  "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers, batch \(.dataset.batch)\n",
   "seconds (files/s)      cold              warm",
   (["dataccel","s3fs","rclone","direct","local"][] as $k |
     "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),
