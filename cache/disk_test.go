@@ -636,7 +636,48 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
+// mountExt4 mounts a small ext4 image (a file system with direct I/O) at
+// a new directory, or skips if that cannot be done here.
+func mountExt4(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount an ext4 image")
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	dir := t.TempDir()
+	for _, cmd := range [][]string{
+		{"truncate", "-s", size, img},
+		{"mkfs.ext4", "-q", "-F", "-O", "^has_journal", img},
+		{"mount", "-o", "loop", img, dir},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount an ext4 image (%s): %v %s", cmd[0], err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// A full or read-only file system turns the tier into a miss path with one
+// warning, on tmpfs (writes through the page cache) and on ext4 (direct I/O).
 func TestDiskFullAndReadOnly(t *testing.T) {
+	for _, fsys := range []struct {
+		name   string
+		mount  func(t *testing.T) string
+		direct bool
+	}{
+		{"tmpfs", func(t *testing.T) string { return mountTmpfs(t, "1m") }, false},
+		{"ext4", func(t *testing.T) string { return mountExt4(t, "2M") }, true},
+	} {
+		t.Run(fsys.name, func(t *testing.T) { testDiskFullAndReadOnly(t, fsys.mount, fsys.direct) })
+	}
+}
+
+func testDiskFullAndReadOnly(t *testing.T, mount func(t *testing.T) string, direct bool) {
 	cases := []struct {
 		name  string
 		after func(t *testing.T, dir string) // after open, before the writes
@@ -650,7 +691,7 @@ func TestDiskFullAndReadOnly(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := mountTmpfs(t, "1m")
+			dir := mount(t)
 			var wc warnCounter
 			stats := new(Stats)
 			// The free-space floor is off so the file system really fills up.
@@ -661,6 +702,9 @@ func TestDiskFullAndReadOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { d.Close() })
+			if d.direct.Load() != direct {
+				t.Fatalf("direct I/O %v, want %v", d.direct.Load(), direct)
+			}
 			tc.after(t, dir)
 			var keys []Key
 			for i := 0; i < 40; i++ {
@@ -702,9 +746,13 @@ func TestDiskFullAndReadOnly(t *testing.T) {
 }
 
 // The free-space floor stops writes before the file system is full, with no
-// error.
+// error, through the page cache (tmpfs) and with direct I/O (ext4).
 func TestDiskFreeSpaceFloor(t *testing.T) {
-	dir := mountTmpfs(t, "2m")
+	t.Run("tmpfs", func(t *testing.T) { testDiskFreeSpaceFloor(t, mountTmpfs(t, "2m")) })
+	t.Run("ext4", func(t *testing.T) { testDiskFreeSpaceFloor(t, mountExt4(t, "4M")) })
+}
+
+func testDiskFreeSpaceFloor(t *testing.T, dir string) {
 	stats := new(Stats)
 	var wc warnCounter
 	d, err := NewDisk(DiskOptions{Dir: filepath.Join(dir, "c"), MaxBytes: 1 << 30, MinFreeFraction: 0.5,
