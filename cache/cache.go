@@ -1,7 +1,8 @@
 // Package cache holds fetched object blocks: a RAM tier (ristretto), a disk
 // tier (log-structured: checksummed records, optionally compressed with s2,
-// appended to a few large segment files on local NVMe, found through an
-// in-memory index rebuilt at open) and a tiered lookup that promotes disk
+// appended to a few large segment files on local NVMe with direct I/O where
+// the file system allows it, found through an in-memory index rebuilt at
+// open) and a tiered lookup that promotes disk
 // hits to RAM. It owns the on-disk cache format (format.go), the disk
 // eviction policy (Policy: a stable resident set that survives reshuffled
 // epochs, where LRU fails), the reclaiming of dead bytes in segments
