@@ -158,30 +158,7 @@ func TestListErrors(t *testing.T) {
 	ctx := context.Background()
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "d/k", []byte("x"))
-	cfg := func(edit func(*s3.Config)) *s3.Store {
-		c := srv.Config(st.Bucket())
-		edit(&c)
-		s, err := s3.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name string
-		st   *s3.Store
-		want error
-	}{
-		{"missing bucket", cfg(func(c *s3.Config) { c.Bucket = "no-such-bucket-here" }), store.ErrNoBucket},
-		{"wrong secret", cfg(func(c *s3.Config) { c.Credentials.SecretKey = "wrong" }), store.ErrAccess},
-		{"anonymous", cfg(func(c *s3.Config) { c.Credentials = s3.Credentials{} }), store.ErrAccess},
-		{"unreachable", cfg(func(c *s3.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port) }), nil},
-	}
-	for _, c := range cases {
+	for _, c := range failingStores(t, st.Bucket()) {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.st.List(ctx, "d/", false, func(store.Object) error { return nil })
 			if err == nil || c.want != nil && !errors.Is(err, c.want) {

@@ -122,14 +122,20 @@ func TestReadKeys(t *testing.T) {
 	}
 }
 
-// TestReadErrors: a GET that cannot be served says why, as the store's
-// sentinel errors.
-func TestReadErrors(t *testing.T) {
-	ctx := context.Background()
-	st := srv.NewBucket(t)
-	obj := testenv.Put(t, st, "d/k", []byte("some bytes"))
+// failingStore is a store for a bucket that cannot serve, and the sentinel
+// error it must give (nil: any error).
+type failingStore struct {
+	name string
+	st   *s3.Store
+	want error
+}
+
+// failingStores returns stores that cannot serve bucket: a missing bucket,
+// wrong keys, no keys, an unreachable endpoint.
+func failingStores(t *testing.T, bucket string) []failingStore {
+	t.Helper()
 	with := func(edit func(*s3.Config)) *s3.Store {
-		c := srv.Config(st.Bucket())
+		c := srv.Config(bucket)
 		edit(&c)
 		s, err := s3.New(c)
 		if err != nil {
@@ -141,20 +147,30 @@ func TestReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return []failingStore{
+		{"missing bucket", with(func(c *s3.Config) { c.Bucket = "no-such-bucket-here" }), store.ErrNoBucket},
+		{"wrong secret", with(func(c *s3.Config) { c.Credentials.SecretKey = "wrong" }), store.ErrAccess},
+		{"unknown key id", with(func(c *s3.Config) { c.Credentials.AccessKey = "nobody" }), store.ErrAccess},
+		{"anonymous", with(func(c *s3.Config) { c.Credentials = s3.Credentials{} }), store.ErrAccess},
+		{"unreachable", with(func(c *s3.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port) }), nil},
+	}
+}
+
+// TestReadErrors: a GET that cannot be served says why, as the store's
+// sentinel errors, and shows no secret.
+func TestReadErrors(t *testing.T) {
+	ctx := context.Background()
+	st := srv.NewBucket(t)
+	obj := testenv.Put(t, st, "d/k", []byte("some bytes"))
 	missing := obj
 	missing.Key = "d/missing"
-	cases := []struct {
-		name string
-		st   *s3.Store
-		obj  store.Object
-		want error
-	}{
-		{"missing key", st, missing, store.ErrNotExist},
-		{"missing bucket", with(func(c *s3.Config) { c.Bucket = "no-such-bucket-here" }), obj, store.ErrNoBucket},
-		{"wrong secret", with(func(c *s3.Config) { c.Credentials.SecretKey = "wrong" }), obj, store.ErrAccess},
-		{"unknown key id", with(func(c *s3.Config) { c.Credentials.AccessKey = "nobody" }), obj, store.ErrAccess},
-		{"anonymous", with(func(c *s3.Config) { c.Credentials = s3.Credentials{} }), obj, store.ErrAccess},
-		{"unreachable", with(func(c *s3.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port) }), obj, nil},
+	type readCase struct {
+		failingStore
+		obj store.Object
+	}
+	cases := []readCase{{failingStore{"missing key", st, store.ErrNotExist}, missing}}
+	for _, f := range failingStores(t, st.Bucket()) {
+		cases = append(cases, readCase{f, obj})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
