@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -14,13 +15,16 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
@@ -231,6 +235,64 @@ func TestPread(t *testing.T) {
 		if !bytes.Equal(buf[:got], data[off:end]) {
 			t.Fatalf("ReadAt(%d, %d): wrong bytes", off, n)
 		}
+	}
+}
+
+// sizeRecorder is an Opener that records the largest read the kernel sent.
+type sizeRecorder struct {
+	DirectOpener
+	max atomic.Int64
+}
+
+func (o *sizeRecorder) Open(obj store.Object) Reader {
+	return recordingReader{o.DirectOpener.Open(obj), &o.max}
+}
+
+type recordingReader struct {
+	Reader
+	max *atomic.Int64
+}
+
+func (r recordingReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	for n := int64(len(p)); ; {
+		if cur := r.max.Load(); n <= cur || r.max.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	return r.Reader.ReadAt(ctx, p, off)
+}
+
+// A file read in sequence reaches the mount in READs larger than the
+// kernel's default read-ahead for a FUSE mount (128 KiB): the mount raises
+// its read-ahead to max_readahead (1 MiB).
+func TestSequentialReadsAreLarge(t *testing.T) {
+	st := srv.NewBucket(t)
+	data := randBytes(rand.New(rand.NewPCG(5, 6)), 8<<20)
+	testenv.Put(t, st, "seq.bin", data)
+	rec := &sizeRecorder{DirectOpener: DirectOpener{Store: st}}
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: rec})
+	var fst unix.Stat_t
+	if err := unix.Stat(m.Dir, &fst); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(fst.Dev), unix.Minor(fst.Dev)))
+	if err != nil {
+		t.Skipf("no sysfs read_ahead_kb for the mount: %v", err)
+	}
+	if got := strings.TrimSpace(string(ra)); got != strconv.Itoa(maxReadAhead>>10) {
+		t.Fatalf("read_ahead_kb %s, want %d", got, maxReadAhead>>10)
+	}
+	f, err := os.Open(filepath.Join(m.Dir, "seq.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := io.ReadAll(bufio.NewReaderSize(f, 64<<10)) // small reads, in sequence
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes (%v), want the object's %d", len(got), err, len(data))
+	}
+	if n := rec.max.Load(); n <= 128<<10 {
+		t.Fatalf("largest READ %d bytes: the kernel read ahead no more than its default", n)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Mount is a live mount.
@@ -200,7 +201,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 			DirectMount:   true, // we run as root in production; falls back to fusermount otherwise
 			MaxBackground: 128,
 			MaxWrite:      1 << 20,
-			MaxReadAhead:  1 << 20,
+			MaxReadAhead:  maxReadAhead,
 			DisableXAttrs: true,
 			Debug:         cfg.Debug,
 		},
@@ -209,7 +210,28 @@ func New(dir string, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", abs, err)
 	}
+	if err := raiseReadAhead(abs, maxReadAhead); err != nil {
+		fsys.log.Debug("kernel read-ahead left at its default", "mountpoint", abs, "err", err)
+	}
 	return &Mount{Dir: abs, FS: fsys, server: server}, nil
+}
+
+// maxReadAhead is the largest READ the kernel sends ahead of a sequential
+// reader (FUSE max_readahead, and the mount's read_ahead_kb).
+const maxReadAhead = 1 << 20
+
+// raiseReadAhead sets the read-ahead of the mount at dir to n bytes. The
+// kernel gives a FUSE mount the default of 128 KiB, however large its
+// max_readahead, so a large file read in sequence arrived as 128 KiB READs:
+// eight times the requests of 1 MiB ones. Root only (sysfs); without it the
+// mount works as before.
+func raiseReadAhead(dir string, n int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(path, []byte(strconv.Itoa(n>>10)), 0)
 }
 
 // Unmount unmounts and waits for the server loop to end. When the mount is
