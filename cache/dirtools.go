@@ -100,13 +100,7 @@ func (sc *scannedSeg) scan(keep bool) {
 		return
 	}
 	sc.size = fi.Size()
-	var sh [segHeaderLen]byte
-	if _, err := f.ReadAt(sh[:], 0); err == nil {
-		if align, ok := parseSegmentHeader(sh[:], sc.seq); ok {
-			sc.hdr = firstRecord(align)
-		}
-	}
-	sc.end, sc.why, sc.err = scanSegment(f, sc.seq, sc.size, func(r recInfo) bool {
+	sc.hdr, sc.end, sc.why, sc.err = scanSegment(f, sc.seq, sc.size, func(r recInfo) bool {
 		sc.recs = append(sc.recs, r)
 		return true
 	})

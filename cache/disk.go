@@ -129,6 +129,7 @@ type Disk struct {
 	segs          map[uint64]*segment // guarded by mu; by seq
 	dead          int64               // guarded by mu; dead bytes of all segments
 	inflight      map[uint64]struct{} // guarded by mu; ids being written
+	unwritten     int64               // guarded by mu; bytes admitted, not yet written (free space does not show them)
 	compactWanted bool                // guarded by mu; a write was rejected while dead bytes existed
 	compacting    bool                // guarded by mu; the compactor is running a pass
 	idleDead      int64               // guarded by mu; dead bytes when the compactor last found no candidate
@@ -695,14 +696,9 @@ func (d *Disk) gather(batch []putItem) (_ []putItem, next putItem, have, open bo
 	return batch, putItem{}, false, true
 }
 
-// zeroPad is the source of alignment padding.
-var zeroPad [dioAlign]byte
-
 // record is a block admitted for writing.
 type record struct {
 	id     uint64
-	parts  [][]byte // header, payload, padding
-	span   int64
 	saved  int64
 	offset int64 // in the batch
 }
@@ -726,6 +722,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		avail -= int64(d.minFree * float64(st.Blocks) * float64(st.Bsize))
 	}
 	var recs []record
+	var chunks []chunk
 	var marked []uint64 // in d.inflight, for this batch
 	var total int64
 	defer func() {
@@ -756,14 +753,16 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		// live records once dead bytes (until reclaimed) are counted.
 		limit := d.max
 		if d.minFree >= 0 {
-			// avail is net of the floor (it may be negative) and of the
-			// records of this batch, not yet written.
-			limit = min(limit, d.policy.Used()+d.dead+avail-total)
+			// avail is net of the floor (it may be negative); the records
+			// admitted by every writer and not yet written take from it.
+			limit = min(limit, d.policy.Used()+d.dead+avail-d.unwritten)
 		}
 		limit -= d.dead
 		ok, victims := d.policy.Admit(id, span, limit)
 		drop := d.evictLocked(victims, nil)
-		if !ok {
+		if ok {
+			d.unwritten += span
+		} else {
 			d.kickLocked(true)
 		}
 		d.publish()
@@ -773,24 +772,22 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 			d.stats.DiskRejected.Add(1)
 			continue
 		}
-		recs = append(recs, record{id: id, parts: [][]byte{hdr, payload, zeroPad[:span-n]}, span: span, saved: saved, offset: total})
+		recs = append(recs, record{id: id, saved: saved, offset: total})
+		chunks = append(chunks, chunk{parts: [][]byte{hdr, payload}, span: span})
 		total += span
 	}
 	if len(recs) == 0 {
 		return
 	}
-	parts := make([][]byte, 0, 3*len(recs))
-	for _, r := range recs {
-		parts = append(parts, r.parts...)
-	}
-	seg, off, err := a.append(total, len(recs), parts...)
+	seg, off, err := a.append(chunks)
 	var drop []*segment
 	d.mu.Lock()
-	for _, r := range recs {
+	d.unwritten -= total
+	for i, r := range recs {
 		if err != nil {
 			d.policy.Remove(r.id)
 		} else {
-			drop = d.finishLocked(seg, off+r.offset, r.span, r.id, drop)
+			drop = d.finishLocked(seg, off+r.offset, chunks[i].span, r.id, drop)
 		}
 	}
 	d.publish()
@@ -800,9 +797,9 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.fail("write", err)
 		return
 	}
-	for _, r := range recs {
+	for i, r := range recs {
 		d.stats.DiskWrites.Add(1)
-		d.stats.DiskWriteBytes.Add(r.span)
+		d.stats.DiskWriteBytes.Add(chunks[i].span)
 		d.stats.DiskSavedBytes.Add(r.saved)
 	}
 }

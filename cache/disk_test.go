@@ -97,6 +97,9 @@ func checkAccounting(t testing.TB, d *Disk) {
 	if dead != d.dead {
 		t.Fatalf("dead bytes %d, segments say %d", d.dead, dead)
 	}
+	if d.unwritten != 0 {
+		t.Fatalf("%d bytes admitted and never written or dropped", d.unwritten)
+	}
 	if len(d.index) != d.policy.Len() || d.stats.DiskEntries.Load() != int64(len(d.index)) {
 		t.Fatalf("%d index entries, policy %d, gauge %d", len(d.index), d.policy.Len(), d.stats.DiskEntries.Load())
 	}
@@ -306,7 +309,7 @@ func TestDiskCorruption(t *testing.T) {
 				var spans []recSpan
 				seq, _ := parseSegmentName(filepath.Base(path))
 				f, _ := os.Open(path)
-				_, why, err := scanSegment(f, seq, int64(len(seg)), func(r recInfo) bool {
+				_, _, why, err := scanSegment(f, seq, int64(len(seg)), func(r recInfo) bool {
 					spans = append(spans, recSpan{int(r.off), int(r.recLen)})
 					return true
 				})
@@ -1383,7 +1386,7 @@ func TestScanSegmentTorn(t *testing.T) {
 	seg := append(append(segmentHeader(5, 0), r1...), r2...)
 	for cut := 0; cut <= len(seg); cut++ {
 		var got []recInfo
-		end, why, err := scanSegment(bytes.NewReader(seg[:cut]), 5, int64(cut), func(r recInfo) bool {
+		_, end, why, err := scanSegment(bytes.NewReader(seg[:cut]), 5, int64(cut), func(r recInfo) bool {
 			got = append(got, r)
 			return true
 		})
@@ -1406,12 +1409,12 @@ func TestScanSegmentTorn(t *testing.T) {
 		}
 	}
 	// Any other segment number, or garbage after the records, is corrupt.
-	if _, why, _ := scanSegment(bytes.NewReader(seg), 6, int64(len(seg)), func(recInfo) bool { return true }); why != scanCorrupt {
+	if _, _, why, _ := scanSegment(bytes.NewReader(seg), 6, int64(len(seg)), func(recInfo) bool { return true }); why != scanCorrupt {
 		t.Fatalf("wrong seq: %v", why)
 	}
 	junk := append(bytes.Clone(seg), bytes.Repeat([]byte{0xab}, 100)...)
 	n := 0
-	if _, why, _ := scanSegment(bytes.NewReader(junk), 5, int64(len(junk)), func(recInfo) bool { n++; return true }); why != scanCorrupt || n != 2 {
+	if _, _, why, _ := scanSegment(bytes.NewReader(junk), 5, int64(len(junk)), func(recInfo) bool { n++; return true }); why != scanCorrupt || n != 2 {
 		t.Fatalf("garbage after the records: %v after %d records", why, n)
 	}
 }

@@ -377,19 +377,22 @@ const (
 // calls fn for each valid record in order until fn returns false. A torn or
 // invalid record ends the scan: the records before it stay valid. It
 // returns where the valid records end and why it stopped; err is an I/O
-// error. A record's length (recInfo.n) includes its padding.
-func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (end int64, why scanEnd, err error) {
+// error. A record's length (recInfo.n) includes its padding. hdr is the
+// bytes before the first record (the header and its padding; 0 when the
+// header is not valid).
+func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (hdr, end int64, why scanEnd, err error) {
 	var sh [segHeaderLen]byte
 	if size < segHeaderLen {
-		return 0, scanTorn, nil
+		return 0, 0, scanTorn, nil
 	}
 	if _, err := r.ReadAt(sh[:], 0); err != nil {
-		return 0, scanTorn, ioErr(err)
+		return 0, 0, scanTorn, ioErr(err)
 	}
 	align, ok := parseSegmentHeader(sh[:], seq)
 	if !ok {
-		return 0, scanCorrupt, nil
+		return 0, 0, scanCorrupt, nil
 	}
+	hdr = firstRecord(align)
 	// Headers are read through a window: one pread per header for large
 	// records, several headers per pread for small ones.
 	var (
@@ -416,14 +419,14 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		wOff, wLen = off, m
 		return buf[:min(n, m)], nil
 	}
-	off := firstRecord(align)
+	off := hdr
 	if off > size {
-		return segHeaderLen, scanTorn, nil
+		return hdr, segHeaderLen, scanTorn, nil
 	}
 	for off < size {
 		b, err := get(off, fixedHeader+8+256) // a typical header in one read
 		if err != nil {
-			return off, scanTorn, err
+			return hdr, off, scanTorn, err
 		}
 		h, perr := parseHeader(b)
 		if errors.Is(perr, errShortHeader) && len(b) < fixedHeader+maxKeyLen+8 {
@@ -433,24 +436,24 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 				want += int(binary.LittleEndian.Uint32(b[40:])) + int(binary.LittleEndian.Uint32(b[44:]))
 			}
 			if b, err = get(off, want); err != nil {
-				return off, scanTorn, err
+				return hdr, off, scanTorn, err
 			}
 			h, perr = parseHeader(b)
 		}
 		if errors.Is(perr, errShortHeader) {
-			return off, scanTorn, nil
+			return hdr, off, scanTorn, nil
 		}
 		if perr != nil {
-			return off, scanCorrupt, nil
+			return hdr, off, scanCorrupt, nil
 		}
 		n := alignUp(h.recordLen(), align)
 		if off+n > size {
-			return off, scanTorn, nil
+			return hdr, off, scanTorn, nil
 		}
 		ri := recInfo{id: keyHashBytes(h.object, h.etag, h.block), off: off, n: n, recLen: h.recordLen(),
 			rawLen: h.rawLen, payloadLen: h.payloadLen, flags: h.flags}
 		if !fn(ri) {
-			return off + n, scanStopped, nil
+			return hdr, off + n, scanStopped, nil
 		}
 		off += n
 		if n < 16<<10 {
@@ -459,7 +462,7 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 			chunk = 1 << 10 // large ones: one header per read
 		}
 	}
-	return off, scanComplete, nil
+	return hdr, off, scanComplete, nil
 }
 
 // ioErr drops io.EOF, which in a scan means a short file, not an error.

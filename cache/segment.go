@@ -61,8 +61,9 @@ func (s *segment) release() {
 type appender struct {
 	d      *Disk
 	active *segment // nil until the first append
-	// stage is page-aligned memory (mmap) where an aligned record is put
-	// together for one write; reused, so writes touch no fresh memory.
+	// stage is page-aligned memory (mmap) where a batch of records is put
+	// together for one write (direct I/O needs the alignment); reused, so
+	// writes touch no fresh memory.
 	stage []byte
 }
 
@@ -87,16 +88,27 @@ func (a *appender) freeStage() {
 	}
 }
 
-// append reserves n bytes for count records at the end of the active segment (rotating to a
-// new segment when the active one is sealed or would grow past the target),
-// writes parts there (with alignment, the records' padding among them) and,
-// with Options.Sync, fdatasyncs it. On success the caller must end each
-// record's append (finishLocked, or the compactor's equivalent) with the
-// returned segment and the record's offset. On error the append is undone
-// here: the segment is sealed and cut back to off (or, if that fails, the
-// bytes are dead).
-func (a *appender) append(n int64, count int, parts ...[]byte) (seg *segment, off int64, err error) {
+// chunk is one record to append: its bytes (header, payload) and its span,
+// the bytes it takes in the segment, padding included.
+type chunk struct {
+	parts [][]byte
+	span  int64
+}
+
+// append reserves the chunks' spans at the end of the active segment
+// (rotating to a new segment when the active one is sealed or would grow
+// past the target), writes them there in one write and, with Options.Sync,
+// fdatasyncs it. On success the caller must end each record's append
+// (finishLocked, or the compactor's equivalent) with the returned segment
+// and the record's offset. On error the append is undone here: the segment
+// is sealed and cut back to off (or, if that fails, the bytes are dead).
+func (a *appender) append(chunks []chunk) (seg *segment, off int64, err error) {
 	d := a.d
+	var n int64
+	for _, c := range chunks {
+		n += c.span
+	}
+	count := len(chunks)
 	for {
 		d.mu.Lock()
 		s := a.active
@@ -129,18 +141,7 @@ func (a *appender) append(n int64, count int, parts ...[]byte) (seg *segment, of
 		d.mu.Unlock()
 	}
 	defer seg.release()
-	if d.align > 0 {
-		err = a.writeAligned(seg, off, n, parts)
-	} else {
-		pos := off
-		for _, p := range parts {
-			if _, err = seg.f.WriteAt(p, pos); err != nil {
-				err = fmt.Errorf("write %s: %w", seg.path, err)
-				break
-			}
-			pos += int64(len(p))
-		}
-	}
+	err = a.write(seg, off, n, chunks)
 	if err == nil && d.opts.Sync {
 		if err = syscall.Fdatasync(int(seg.f.Fd())); err != nil {
 			err = fmt.Errorf("sync %s: %w", seg.path, err)
@@ -167,19 +168,23 @@ func (a *appender) append(n int64, count int, parts ...[]byte) (seg *segment, of
 	return seg, off, nil
 }
 
-// writeAligned writes parts, zero-padded to n bytes, at off: one direct
-// write from the staging buffer where the segment allows it, else one
-// write through the page cache.
-func (a *appender) writeAligned(seg *segment, off, n int64, parts [][]byte) error {
+// write puts the chunks (n bytes in all) together in the staging buffer,
+// each zero-padded to its span, and writes them at off: one direct write
+// where the segment allows it, else one write through the page cache.
+func (a *appender) write(seg *segment, off, n int64, chunks []chunk) error {
 	buf, err := a.staged(n)
 	if err != nil {
 		return err
 	}
-	pos := 0
-	for _, p := range parts {
-		pos += copy(buf[pos:], p)
+	var pos int64
+	for _, c := range chunks {
+		end := pos + c.span
+		for _, p := range c.parts {
+			pos += int64(copy(buf[pos:end], p))
+		}
+		clear(buf[pos:end])
+		pos = end
 	}
-	clear(buf[pos:])
 	if seg.df != nil && a.d.direct.Load() {
 		_, err := seg.df.WriteAt(buf, off)
 		if !errors.Is(err, syscall.EINVAL) {
@@ -432,7 +437,7 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 		return buf, false
 	}
 	var copied, reclaimed int64
-	_, why, err := scanSegment(s.f, s.seq, size, func(r recInfo) bool {
+	_, _, why, err := scanSegment(s.f, s.seq, size, func(r recInfo) bool {
 		if d.stopping.Load() || d.disabled.Load() {
 			return false
 		}
@@ -463,7 +468,7 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 			d.forget(r.id, cur)
 			return true
 		}
-		seg, off, err := a.append(r.n, 1, rec)
+		seg, off, err := a.append([]chunk{{parts: [][]byte{rec}, span: r.n}})
 		if err != nil {
 			d.fail("compact: write", err)
 			return false
