@@ -134,7 +134,8 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		return nil, fmt.Errorf("the server ignored the range %s (status %s)", rng, resp.Status)
 	default:
 		defer resp.Body.Close()
-		return nil, mapErr(errorResponse(resp, g.bucket, obj.Key))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return nil, mapErr(errorResponse(resp, body, g.bucket, obj.Key))
 	}
 	// A server that ignores If-Match would hand out the new version: check.
 	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); obj.ETag != "" && etag != "" && etag != obj.ETag {
@@ -189,11 +190,10 @@ func (g *getter) sign(req *http.Request, v credentials.Value, region, path, matc
 // maxErrorBody bounds the error document read from a failed request.
 const maxErrorBody = 64 << 10
 
-// errorResponse reads an S3 error answer. A body without an error
-// document (a HEAD-like answer, a proxy's page) gets a code from the
+// errorResponse decodes the body of an S3 error answer. A body without an
+// error document (a HEAD-like answer, a proxy's page) gets a code from the
 // status, as minio-go gives it.
-func errorResponse(resp *http.Response, bucket, key string) minio.ErrorResponse {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+func errorResponse(resp *http.Response, body []byte, bucket, key string) minio.ErrorResponse {
 	e := minio.ErrorResponse{}
 	if xml.Unmarshal(body, &e) != nil || e.Code == "" {
 		e = minio.ErrorResponse{Message: strings.TrimSpace(string(body[:min(len(body), 200)]))}

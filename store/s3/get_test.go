@@ -1,12 +1,19 @@
 package s3
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/dataccel/dataccel/store"
 )
 
 // TestSignExample: the GET Object example of the SigV4 documentation
@@ -32,5 +39,51 @@ func TestSignExample(t *testing.T) {
 				t.Fatalf("Authorization %q lacks %q", auth, want)
 			}
 		}
+	}
+}
+
+// TestGetAnswers: a server that ignores Range (a 200 with the whole object
+// for a read past offset 0) or If-Match (another ETag) never hands out
+// wrong bytes; a 200 for a read from offset 0 is the object's start.
+func TestGetAnswers(t *testing.T) {
+	const object = "0123456789"
+	var etag atomic.Value // the handler runs on the server's goroutines
+	etag.Store("e1")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" || r.URL.Path != "/bkt/k" {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("ETag", `"`+etag.Load().(string)+`"`)
+		io.WriteString(w, object) // 200, Range ignored
+	}))
+	t.Cleanup(srv.Close)
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
+		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
+	if rc, err := st.ReadRange(ctx, obj, 3, 4); err == nil {
+		rc.Close()
+		t.Fatal("a 200 answer to a read at offset 3 was taken")
+	}
+	rc, err := st.ReadRange(ctx, obj, 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_, err = io.ReadFull(rc, b)
+	rc.Close()
+	if err != nil || string(b) != object[:4] {
+		t.Fatalf("read from 0: %q, %v", b, err)
+	}
+	etag.Store("e2")
+	if rc, err := st.ReadRange(ctx, obj, 0, 4); !errors.Is(err, store.ErrChanged) {
+		if err == nil {
+			rc.Close()
+		}
+		t.Fatalf("another ETag: %v, want ErrChanged", err)
 	}
 }

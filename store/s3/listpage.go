@@ -91,11 +91,7 @@ func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, sta
 		return nil, fmt.Errorf("list %q: %w", prefix, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		e := minio.ErrorResponse{StatusCode: resp.StatusCode, BucketName: s.bucket}
-		if xml.Unmarshal(body, &e) != nil || e.Code == "" {
-			e.Code, e.Message = resp.Status, strings.TrimSpace(string(body[:min(len(body), 200)]))
-		}
-		return nil, fmt.Errorf("list %q: %w", prefix, mapErr(e))
+		return nil, fmt.Errorf("list %q: %w", prefix, mapErr(errorResponse(resp, body, s.bucket, "")))
 	}
 	if len(body) > maxListBody {
 		return nil, fmt.Errorf("list %q: response larger than %d bytes", prefix, maxListBody)
@@ -161,13 +157,9 @@ func scanPage(b []byte) (*page, bool) {
 		rest = rest[lt:] // at a tag
 		switch {
 		case bytes.HasPrefix(rest, []byte("<Contents>")):
-			body, after, ok := cut(rest, "Contents")
-			if !ok {
-				return nil, false
-			}
-			rest = after
-			key, ok := name(body, "Key", enc)
-			if !ok {
+			var body []byte
+			var key string
+			if body, key, rest, ok = named(rest, "Contents", "Key", enc); !ok {
 				return nil, false
 			}
 			o := store.Object{Key: key}
@@ -187,13 +179,8 @@ func scanPage(b []byte) (*page, bool) {
 			}
 			pg.objects = append(pg.objects, o)
 		case bytes.HasPrefix(rest, []byte("<CommonPrefixes>")):
-			body, after, ok := cut(rest, "CommonPrefixes")
-			if !ok {
-				return nil, false
-			}
-			rest = after
-			p, ok := name(body, "Prefix", enc)
-			if !ok {
+			var p string
+			if _, p, rest, ok = named(rest, "CommonPrefixes", "Prefix", enc); !ok {
 				return nil, false
 			}
 			pg.prefixes = append(pg.prefixes, p)
@@ -233,14 +220,19 @@ func scanPage(b []byte) (*page, bool) {
 	return pg, true
 }
 
-// name reads a key or prefix element, undoing the listing's encoding.
-func name(b []byte, tag, encoding string) (string, bool) {
-	v, ok := text(b, tag)
-	if !ok {
-		return "", false
+// named reads the element elem at the start of b and, in it, the key or
+// prefix element tag, undoing the listing's encoding. It returns the
+// element's content, the name, and what follows the element.
+func named(b []byte, elem, tag, encoding string) (body []byte, name string, rest []byte, ok bool) {
+	if body, rest, ok = cut(b, elem); !ok {
+		return nil, "", nil, false
 	}
-	s, err := decodeName(v, encoding)
-	return s, err == nil
+	v, ok := text(body, tag)
+	if !ok {
+		return nil, "", nil, false
+	}
+	name, err := decodeName(v, encoding)
+	return body, name, rest, err == nil
 }
 
 // cut splits b, which starts with "<name>", at the matching "</name>":

@@ -67,7 +67,6 @@ type Config struct {
 type Store struct {
 	client  *minio.Client
 	oneShot *minio.Client // same, without keep-alive
-	core    minio.Core
 	bucket  string
 
 	http                       *http.Client  // the client's transport, for LIST pages (listpage.go)
@@ -149,7 +148,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Credentials.AccessKey != "" {
 		get.creds = creds
 	}
-	return &Store{client: client, oneShot: oneShot, core: minio.Core{Client: client}, bucket: cfg.Bucket,
+	return &Store{client: client, oneShot: oneShot, bucket: cfg.Bucket,
 		http: hc, get: get, presigner: presigner, anonymous: cfg.Credentials.AccessKey == "", listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
 }
 
