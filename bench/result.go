@@ -84,6 +84,9 @@ type EpochResult struct {
 	AU       float64 `json:"au"`
 	// IOTimeS is the loader workers' busy time per worker.
 	IOTimeS float64 `json:"io_time_s"`
+	// AnnounceS is the time the epoch's order took to write and apply
+	// (--announce), before the epoch's clock starts.
+	AnnounceS float64 `json:"announce_s,omitempty"`
 
 	// StepTimes is each step's timeline (not in the JSON: it grows with the dataset).
 	StepTimes []Step          `json:"-"`

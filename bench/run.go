@@ -223,10 +223,13 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			// epoch leaves hundreds of MB) now, not during the next measurement.
 			runtime.GC()
 			order := epochOrder(st.files, cfg.Order, cfg.Seed, e)
+			var announceS float64
 			if st.ctl != nil {
+				t0 := time.Now()
 				if err := st.ctl.announce(st.files, order); err != nil {
 					return nil, fmt.Errorf("run: epoch %d: %w", e, err)
 				}
+				announceS = time.Since(t0).Seconds()
 			}
 			label := fmt.Sprintf("epoch %d/%d %s", e, cfg.Epochs, shortName(st.src.String()))
 			ep, err := runEpoch(ctx, epochPlan{src: st.src, files: st.files, order: order, accels: cfg.Accelerators,
@@ -236,6 +239,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 				return nil, fmt.Errorf("run: %s epoch %d: %w", st.src, e, err)
 			}
 			ep.Epoch = e
+			ep.AnnounceS = announceS
 			res.Paths[i].Epochs = append(res.Paths[i].Epochs, ep)
 		}
 	}
@@ -603,8 +607,9 @@ func findAnnouncer(dir string) (*announcer, error) {
 	}
 }
 
-// announce writes the order in one write and one close: the mount reads a
-// whole list per close.
+// announce writes the order in one write and applies it with an fsync, so
+// it is in effect (and resolved) before the epoch starts. A mount that
+// cannot fsync the control file takes the list after writes pause.
 func (a *announcer) announce(files []File, order []int) error {
 	rel, err := filepath.Rel(a.mountRoot, a.dir)
 	if err != nil {
@@ -620,6 +625,11 @@ func (a *announcer) announce(files []File, order []int) error {
 		return fmt.Errorf("announce: %w", err)
 	}
 	_, err = f.Write([]byte(b.String()))
+	if err == nil {
+		if err = f.Sync(); errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			err = nil // an older mount: it applies the list after a pause
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

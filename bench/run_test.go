@@ -208,6 +208,11 @@ func TestAnnounce(t *testing.T) {
 	if res.Paths[0].Files != 40 {
 		t.Errorf("%d files listed, want 40", res.Paths[0].Files)
 	}
+	for _, e := range res.Paths[0].Epochs {
+		if e.AnnounceS <= 0 {
+			t.Errorf("epoch %d: announce_s %g, want the announcement's time", e.Epoch, e.AnnounceS)
+		}
+	}
 	// The control directory itself is never read as data.
 	whole, err := DirSource{Root: mount}.Files(context.Background())
 	if err != nil || len(whole) != 40 {

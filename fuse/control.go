@@ -84,10 +84,11 @@ func (c *ctlDir) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) 
 }
 
 // announceFile is MOUNT/.dataccel/prefetch: a job writes the paths of its
-// next epoch, one per line relative to the mount, from offset 0. Opens and
-// closes reach this process no more (see fileNode), so the list is taken
-// once writes pause for announceQuiet; a later write continuing the same
-// list (a slow writer) announces the longer list again.
+// next epoch, one per line relative to the mount, from offset 0. An fsync
+// applies the list before it returns. Opens and closes reach this process
+// no more (see fileNode), so without an fsync the list is taken once writes
+// pause for announceQuiet; a later write continuing the same list (a slow
+// writer) announces the longer list again.
 type announceFile struct {
 	gofs.Inode
 	fsys *FS
@@ -107,6 +108,7 @@ var (
 	_ gofs.NodeWriter    = (*announceFile)(nil)
 	_ gofs.NodeWritever  = (*announceFile)(nil)
 	_ gofs.NodeReader    = (*announceFile)(nil)
+	_ gofs.NodeFsyncer   = (*announceFile)(nil)
 )
 
 func (a *announceFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
@@ -155,6 +157,24 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 	}
 	a.timer = time.AfterFunc(announceQuiet, a.announce)
 	return uint32(len(data)), 0
+}
+
+// Fsync applies the list written so far before it returns: a job that
+// starts its epoch after the fsync has the order in effect, and resolving
+// it does not compete with the epoch's first reads (the quiet timer would
+// fire during them).
+func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) syscall.Errno {
+	a.mu.Lock()
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	list := bytes.Clone(a.buf.Bytes())
+	a.mu.Unlock()
+	if err := a.fsys.Announce(ctx, list); err != nil {
+		return a.fsys.fail("announce", ControlDir+"/prefetch", err)
+	}
+	return 0
 }
 
 // announce runs on its own goroutine with its own deadline: the writer has

@@ -79,6 +79,46 @@ func TestAnnounce(t *testing.T) {
 	}
 }
 
+// TestAnnounceFsync: an fsync of .dataccel/prefetch applies the list
+// before it returns, and the quiet timer does not announce it again.
+func TestAnnounceFsync(t *testing.T) {
+	st := srv.NewBucket(t)
+	for i := range 3 {
+		testenv.Put(t, st, fmt.Sprintf("ds/f%d", i), []byte{byte(i)})
+	}
+	ctl := &recordingControl{}
+	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
+	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("f2\nf0\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	count := func() (n int, keys []string) {
+		ctl.mu.Lock()
+		defer ctl.mu.Unlock()
+		if len(ctl.orders) > 0 {
+			for _, o := range ctl.orders[0] {
+				keys = append(keys, o.Key)
+			}
+		}
+		return len(ctl.orders), keys
+	}
+	n, keys := count()
+	if n != 1 || strings.Join(keys, " ") != "ds/f2 ds/f0" {
+		t.Fatalf("after fsync: %d announcements, first %v; want 1: [ds/f2 ds/f0]", n, keys)
+	}
+	time.Sleep(4 * announceQuiet)
+	if n, _ := count(); n != 1 {
+		t.Fatalf("%d announcements after the quiet pause, want still 1", n)
+	}
+}
+
 // TestNoControl: without a Control there is no control directory.
 func TestNoControl(t *testing.T) {
 	st := srv.NewBucket(t)
