@@ -169,7 +169,8 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OU
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" --arg order "$ORDER" '
-  def ep($p; $i): $p.epochs[$i].wall_s;
+  # An announced epoch also pays for its announcement (written and applied before the clock starts).
+  def ep($p; $i): $p.epochs[$i].wall_s + ($p.epochs[$i].announce_s // 0);
   ($a[0].paths) as $A | ($b[0].paths) as $B |
   { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber), batch: ($batch|tonumber)},
     cold_s: {dataccel: ep($A[0];0), s3fs: ep($A[1];0), rclone: ep($A[2];0), direct: ep($A[3];0), local: ep($A[4];0)},
