@@ -1,12 +1,10 @@
 package fuse
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"path"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -207,30 +205,44 @@ func (f *FS) Announce(ctx context.Context, paths []byte) error {
 
 // resolve turns mount-relative paths into objects, listing each directory
 // at most once (in parallel). Unknown or unsafe paths are skipped and
-// counted in one warning.
+// counted in one warning. An epoch's list is long (1.28M lines for
+// ImageNet), so the keys go into one buffer and are looked up without a
+// string per line.
 func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
-	type item struct{ dir, name string }
-	var items []item
+	// A path's key is keys[start:end], its directory keys[start:slash].
+	type item struct{ start, slash, end int }
+	var (
+		keys  []byte
+		items []item
+		bad   int
+	)
 	dirs := map[string]*listing{} // filled after all lines are read
-	bad := 0
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+	controlDir := []byte(ControlDir + "/")
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
 			continue
 		}
-		p := path.Clean("/" + line)[1:] // rooted: ".." cannot climb out
-		if p == "" || strings.HasPrefix(p, ControlDir+"/") {
+		start := len(keys)
+		keys = append(keys, f.cfg.Prefix...)
+		keys = appendCleanRel(keys, line) // rooted: ".." cannot climb out
+		p := keys[start+len(f.cfg.Prefix):]
+		if len(p) == 0 || bytes.HasPrefix(p, controlDir) {
 			bad++
+			keys = keys[:start]
 			continue
 		}
-		dir, name := splitKey(f.cfg.Prefix + p)
-		items = append(items, item{dir, name})
-		dirs[dir] = nil
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+		slash := start + bytes.LastIndexByte(keys[start:], '/') + 1
+		if _, ok := dirs[string(keys[start:slash])]; !ok {
+			dirs[string(keys[start:slash])] = nil
+		}
+		items = append(items, item{start, slash, len(keys)})
 	}
 	names := make([]string, 0, len(dirs))
 	for dir := range dirs {
@@ -256,18 +268,49 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 	}
 	order := make([]store.Object, 0, len(items))
 	for _, it := range items {
-		e, ok := dirs[it.dir].get(it.name)
-		if !ok || e.dir {
+		l := dirs[string(keys[it.start:it.slash])]
+		i, ok := l.index[string(keys[it.slash:it.end])]
+		if !ok || l.entries[i].dir {
 			bad++
 			continue
 		}
-		order = append(order, e.obj)
+		order = append(order, l.entries[i].obj)
 	}
 	if bad > 0 {
 		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(order))
 	}
 	f.log.Info("announced order", "files", len(order))
 	return order, nil
+}
+
+// appendCleanRel appends p made relative to the mount root and cleaned as
+// path.Clean("/"+p) would, without the leading slash. Lines of a generated
+// list are clean already and are copied as they are.
+func appendCleanRel(dst, p []byte) []byte {
+	if isCleanRel(p) {
+		return append(dst, p...)
+	}
+	return append(dst, path.Clean("/" + string(p))[1:]...)
+}
+
+// isCleanRel reports whether p is a relative path that cleaning leaves
+// alone: no leading or trailing slash, no empty, "." or ".." element.
+func isCleanRel(p []byte) bool {
+	if len(p) == 0 || p[0] == '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	elem := 0 // start of the current element
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		switch string(p[elem:i]) {
+		case "", ".", "..":
+			return false
+		}
+		elem = i + 1
+	}
+	return true
 }
 
 // statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.

@@ -3,6 +3,7 @@ package fuse
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -183,4 +184,30 @@ func TestManifestLoad(t *testing.T) {
 	if g := m.FS.Generation(); g != 1 {
 		t.Fatalf("generation %d after a preload and no listing; want 1", g)
 	}
+}
+
+// TestAppendCleanRel: the fast path for clean lines agrees with path.Clean
+// on every kind of odd path.
+func TestAppendCleanRel(t *testing.T) {
+	for _, p := range []string{
+		"a", "a/b", "a/b.JPEG", "n01/n01_0.JPEG", "/a", "a/", "a//b", "./a", "a/.", "a/./b",
+		"../a", "a/..", "a/../../b", "..", ".", "/", "//", "...", "a/...", ".a/b.", "a b/c d",
+	} {
+		want := path.Clean("/" + p)[1:]
+		if got := string(appendCleanRel([]byte("pre/"), []byte(p))); got != "pre/"+want {
+			t.Errorf("appendCleanRel(%q) = %q, want %q", p, got, "pre/"+want)
+		}
+	}
+}
+
+func FuzzAppendCleanRel(f *testing.F) {
+	for _, s := range []string{"a/b", "a/../b", "//x/./y/", "..."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		want := path.Clean("/" + p)[1:]
+		if got := string(appendCleanRel(nil, []byte(p))); got != want {
+			t.Fatalf("appendCleanRel(%q) = %q, want %q", p, got, want)
+		}
+	})
 }
