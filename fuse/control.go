@@ -160,7 +160,9 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 // Fsync applies the list written so far before it returns: a job that
 // starts its epoch after the fsync has the order in effect, and resolving
 // it does not compete with the epoch's first reads (the quiet timer would
-// fire during them).
+// fire during them). An order is a hint: a failure to apply it (a listing
+// that fails while the store is down, with every file in the cache) is
+// logged, not returned, so the job's fsync never fails for it.
 func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) syscall.Errno {
 	a.mu.Lock()
 	if a.timer != nil {
@@ -170,7 +172,10 @@ func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) s
 	list := bytes.Clone(a.buf.Bytes())
 	a.mu.Unlock()
 	if err := a.fsys.Announce(ctx, list); err != nil {
-		return a.fsys.fail("announce", ControlDir+"/prefetch", err)
+		if ctx.Err() != nil {
+			return syscall.EINTR
+		}
+		a.fsys.log.Warn("announced order not applied", "err", err)
 	}
 	return 0
 }

@@ -1,6 +1,8 @@
 package fuse
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -117,6 +119,47 @@ func TestAnnounceFsync(t *testing.T) {
 	time.Sleep(4 * announceQuiet)
 	if n, _ := count(); n != 1 {
 		t.Fatalf("%d announcements after the quiet pause, want still 1", n)
+	}
+}
+
+// failingList fails the listing of one prefix.
+type failingList struct {
+	store.Store
+	prefix string
+}
+
+func (f failingList) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	if prefix == f.prefix {
+		return errors.New("listing failed")
+	}
+	return f.Store.List(ctx, prefix, recursive, fn)
+}
+
+// TestAnnounceFsyncListingFails: an order that cannot be resolved (its
+// directory's listing fails) is not applied, and the job's fsync still
+// succeeds: an announcement is a hint, and a job reading from the cache
+// must not fail for it.
+func TestAnnounceFsyncListingFails(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "ds/broken/f", []byte{1})
+	ctl := &recordingControl{}
+	m := mountCfg(t, Config{Store: failingList{st, "ds/broken/"}, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
+	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("broken/f\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v, want success", err)
+	}
+	ctl.mu.Lock()
+	n := len(ctl.orders)
+	ctl.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d announcements, want none", n)
 	}
 }
 
