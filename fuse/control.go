@@ -249,9 +249,15 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 		}
 		items = append(items, item{start, slash, len(keys)})
 	}
-	names := make([]string, 0, len(dirs))
+	// Directories listed already (the job walked the tree) need no
+	// goroutine; the others are listed in parallel.
+	var names []string
 	for dir := range dirs {
-		names = append(names, dir)
+		if l := f.ns.cached(dir); l != nil {
+			dirs[dir] = l
+		} else {
+			names = append(names, dir)
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)

@@ -63,12 +63,21 @@ func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
 	return ns.listAt(ctx, dir, time.Time{})
 }
 
-// listAt is list that also re-fetches a listing built before notBefore.
-func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time) (*listing, error) {
+// cached returns the listing of dir if it is held and younger than the
+// TTL, without fetching; otherwise nil.
+func (ns *namespace) cached(dir string) *listing {
 	ns.mu.Lock()
 	l := ns.dirs[dir]
 	ns.mu.Unlock()
-	if l != nil && ns.now().Sub(l.at) < ns.ttl && !l.at.Before(notBefore) {
+	if l != nil && ns.now().Sub(l.at) < ns.ttl {
+		return l
+	}
+	return nil
+}
+
+// listAt is list that also re-fetches a listing built before notBefore.
+func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time) (*listing, error) {
+	if l := ns.cached(dir); l != nil && !l.at.Before(notBefore) {
 		return l, nil
 	}
 	// The fetch runs on its own context so that one caller's interrupt does
