@@ -20,6 +20,10 @@ import (
 // is found by lookup but never listed, so dataset walkers do not see it.
 const ControlDir = ".dataccel"
 
+// maxPathLen bounds a line of an announced list: Linux's PATH_MAX, and
+// four times the longest S3 key.
+const maxPathLen = 4096
+
 // maxAnnounceBytes bounds one write of .dataccel/prefetch: ImageNet-1k's
 // 1.28M paths take about 60 MB.
 const maxAnnounceBytes = 256 << 20
@@ -232,6 +236,10 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 		}
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
+			continue
+		}
+		if len(line) > maxPathLen {
+			bad++ // longer than any key of the store
 			continue
 		}
 		start := len(keys)

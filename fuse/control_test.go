@@ -39,7 +39,8 @@ func TestAnnounce(t *testing.T) {
 	}
 	ctl := &recordingControl{}
 	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
-	order := "c1/f5\n/c0/f2\n  c1/f1  \nmissing/f\n../../etc/passwd\nc0/./f0\n\n.dataccel/stats\n"
+	order := "c1/f5\n/c0/f2\n  c1/f1  \nmissing/f\n../../etc/passwd\nc0/./f0\n\n.dataccel/stats\n" +
+		strings.Repeat("./", 2100) + "c0/f0\n" // cleans to c0/f0, but too long
 	if err := os.WriteFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), []byte(order), 0o644); err != nil {
 		t.Fatal(err)
 	}
