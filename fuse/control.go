@@ -90,14 +90,18 @@ func (c *ctlDir) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) 
 // applies the list before it returns. Opens and closes reach this process
 // no more (see fileNode), so without an fsync the list is taken once writes
 // pause for announceQuiet; a later write continuing the same list (a slow
-// writer) announces the longer list again.
+// writer) announces the longer list again. A write or an announcement
+// supersedes the announcements in progress: they stop, and are not applied,
+// so a long list written in many pieces is resolved once, not once a pause.
 type announceFile struct {
 	gofs.Inode
 	fsys *FS
 
-	mu    sync.Mutex
-	buf   bytes.Buffer // guarded by mu
-	timer *time.Timer  // guarded by mu
+	mu     sync.Mutex
+	buf    bytes.Buffer       // guarded by mu
+	timer  *time.Timer        // guarded by mu
+	seq    uint64             // guarded by mu: bumped by every write and announcement
+	cancel context.CancelFunc // guarded by mu: stops the announcement in progress
 }
 
 // announceQuiet is the pause after the last write that ends a list.
@@ -154,11 +158,23 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 		return 0, syscall.EFBIG
 	}
 	a.buf.Write(data)
-	if a.timer != nil {
-		a.timer.Stop()
-	}
+	a.supersedeLocked()
 	a.timer = time.AfterFunc(announceQuiet, a.announce)
 	return uint32(len(data)), 0
+}
+
+// supersedeLocked stops the pending timer and the announcement in
+// progress, and makes sure the latter is not applied. Called with a.mu held.
+func (a *announceFile) supersedeLocked() {
+	a.seq++
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	if a.cancel != nil {
+		a.cancel()
+		a.cancel = nil
+	}
 }
 
 // Fsync applies the list written so far before it returns: a job that
@@ -168,34 +184,53 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 // that fails while the store is down, with every file in the cache) is
 // logged, not returned, so the job's fsync never fails for it.
 func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) syscall.Errno {
-	a.mu.Lock()
-	if a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
-	}
-	list := bytes.Clone(a.buf.Bytes())
-	a.mu.Unlock()
-	if err := a.fsys.Announce(ctx, list); err != nil {
-		if ctx.Err() != nil {
-			return syscall.EINTR
-		}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := a.apply(actx, cancel)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return syscall.EINTR
+	case actx.Err() != nil:
+		// A later write superseded this list: it is announced in turn.
+	default:
 		a.fsys.log.Warn("announced order not applied", "err", err)
 	}
 	return 0
 }
 
-// announce runs on its own goroutine with its own deadline: the writer has
-// gone by now, so a failure can only be logged. It copies the list once,
-// when writes have paused, not at every write.
+// announce runs on its own goroutine with its own deadline, once writes
+// have paused: the writer has gone by now, so a failure can only be logged.
 func (a *announceFile) announce() {
-	a.mu.Lock()
-	list := bytes.Clone(a.buf.Bytes())
-	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := a.fsys.Announce(ctx, list); err != nil {
+	if err := a.apply(ctx, cancel); err != nil && ctx.Err() == nil {
 		a.fsys.log.Warn("announced order not applied", "err", err)
 	}
+}
+
+// apply resolves the list written so far and announces it unless a write or
+// another announcement superseded it meanwhile (then ctx is cancelled and
+// nothing is applied). cancel cancels ctx.
+func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc) error {
+	a.mu.Lock()
+	a.supersedeLocked()
+	a.cancel = cancel
+	seq := a.seq
+	list := bytes.Clone(a.buf.Bytes())
+	a.mu.Unlock()
+	order, err := a.fsys.resolve(ctx, list)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seq != a.seq {
+		return context.Canceled
+	}
+	a.cancel = nil
+	a.fsys.cfg.Control.Announce(order)
+	return nil
 }
 
 // Announce resolves a list of mount-relative paths (one per line) and
@@ -219,15 +254,18 @@ func (f *FS) Announce(ctx context.Context, paths []byte) error {
 // string per line.
 func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 	// A path's key is keys[start:end], its directory keys[start:slash].
+	// Cleaning never lengthens a line, so keys never grows.
 	type item struct{ start, slash, end int }
-	var (
-		keys  []byte
-		items []item
-		bad   int
-	)
+	lines := bytes.Count(data, []byte{'\n'}) + 1
+	keys := make([]byte, 0, len(data)+lines*len(f.cfg.Prefix))
+	items := make([]item, 0, lines)
+	bad := 0
 	dirs := map[string]*listing{} // filled after all lines are read
 	controlDir := []byte(ControlDir + "/")
-	for len(data) > 0 {
+	for n := 0; len(data) > 0; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err() // superseded by a longer list, or interrupted
+		}
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			line, data = data[:i], data[i+1:]
@@ -286,7 +324,10 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 		return nil, err
 	}
 	order := make([]store.Object, 0, len(items))
-	for _, it := range items {
+	for n, it := range items {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		l := dirs[string(keys[it.start:it.slash])]
 		i, ok := l.index[string(keys[it.slash:it.end])]
 		if !ok || l.entries[i].dir {

@@ -164,6 +164,76 @@ func TestAnnounceFsyncListingFails(t *testing.T) {
 	}
 }
 
+// gatedList holds the listing of one prefix until gate is closed, and
+// says on entered when one is waiting.
+type gatedList struct {
+	store.Store
+	prefix  string
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gatedList) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	if prefix == g.prefix {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Store.List(ctx, prefix, recursive, fn)
+}
+
+// TestAnnounceSuperseded: a list announced after a pause in the writes
+// (the quiet timer) and still resolving when the list grows is dropped,
+// not applied late over the longer one; the fsync applies the whole list,
+// once.
+func TestAnnounceSuperseded(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "ds/slow/f0", []byte{0})
+	testenv.Put(t, st, "ds/f1", []byte{1})
+	g := gatedList{Store: st, prefix: "ds/slow/", entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	ctl := &recordingControl{}
+	m := mountCfg(t, Config{Store: g, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
+	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("slow/f0\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.entered: // the timer's announcement waits for the listing
+	case <-time.After(5 * time.Second):
+		t.Fatal("the quiet timer did not start an announcement")
+	}
+	if _, err := f.WriteString("f1\n"); err != nil {
+		t.Fatal(err)
+	}
+	close(g.gate)
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	time.Sleep(4 * announceQuiet)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if len(ctl.orders) != 1 {
+		t.Fatalf("%d announcements, want 1 (the whole list)", len(ctl.orders))
+	}
+	var keys []string
+	for _, o := range ctl.orders[0] {
+		keys = append(keys, o.Key)
+	}
+	if strings.Join(keys, " ") != "ds/slow/f0 ds/f1" {
+		t.Fatalf("announced %v, want [ds/slow/f0 ds/f1]", keys)
+	}
+}
+
 // TestNoControl: without a Control there is no control directory.
 func TestNoControl(t *testing.T) {
 	st := srv.NewBucket(t)
