@@ -211,7 +211,9 @@ func (a *announceFile) announce() {
 
 // apply resolves the list written so far and announces it unless a write or
 // another announcement superseded it meanwhile (then ctx is cancelled and
-// nothing is applied). cancel cancels ctx.
+// nothing is applied). cancel cancels ctx. The Control is called under a.mu,
+// so that no superseded list lands after its successor (lock order: a.mu,
+// then the Control's own locks).
 func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc) error {
 	a.mu.Lock()
 	a.supersedeLocked()
