@@ -159,7 +159,8 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 	}
 	a.buf.Write(data)
 	a.supersedeLocked()
-	a.timer = time.AfterFunc(announceQuiet, a.announce)
+	armed := a.seq
+	a.timer = time.AfterFunc(announceQuiet, func() { a.announce(armed) })
 	return uint32(len(data)), 0
 }
 
@@ -186,12 +187,11 @@ func (a *announceFile) supersedeLocked() {
 func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) syscall.Errno {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := a.apply(actx, cancel)
-	switch {
+	switch err := a.apply(actx, cancel, 0); {
 	case err == nil:
 	case ctx.Err() != nil:
 		return syscall.EINTR
-	case actx.Err() != nil:
+	case errors.Is(err, errSuperseded) || actx.Err() != nil:
 		// A later write superseded this list: it is announced in turn.
 	default:
 		a.fsys.log.Warn("announced order not applied", "err", err)
@@ -200,22 +200,32 @@ func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) s
 }
 
 // announce runs on its own goroutine with its own deadline, once writes
-// have paused: the writer has gone by now, so a failure can only be logged.
-func (a *announceFile) announce() {
+// have paused since the write that armed it (seq armed): the writer has
+// gone by now, so a failure can only be logged.
+func (a *announceFile) announce(armed uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := a.apply(ctx, cancel); err != nil && ctx.Err() == nil {
+	if err := a.apply(ctx, cancel, armed); err != nil && ctx.Err() == nil && !errors.Is(err, errSuperseded) {
 		a.fsys.log.Warn("announced order not applied", "err", err)
 	}
 }
 
+// errSuperseded: a write or another announcement came after this one.
+var errSuperseded = errors.New("announce: superseded")
+
 // apply resolves the list written so far and announces it unless a write or
 // another announcement superseded it meanwhile (then ctx is cancelled and
-// nothing is applied). cancel cancels ctx. The Control is called under a.mu,
-// so that no superseded list lands after its successor (lock order: a.mu,
-// then the Control's own locks).
-func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc) error {
+// nothing is applied). cancel cancels ctx. With armed > 0 (the quiet timer)
+// it starts only if nothing happened since that sequence number: a timer
+// that fires as an fsync starts must not cancel it. The Control is called
+// under a.mu, so that no superseded list lands after its successor (lock
+// order: a.mu, then the Control's own locks).
+func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc, armed uint64) error {
 	a.mu.Lock()
+	if armed > 0 && armed != a.seq {
+		a.mu.Unlock()
+		return errSuperseded
+	}
 	a.supersedeLocked()
 	a.cancel = cancel
 	seq := a.seq
@@ -228,7 +238,7 @@ func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc) err
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if seq != a.seq {
-		return context.Canceled
+		return errSuperseded
 	}
 	a.cancel = nil
 	a.fsys.cfg.Control.Announce(order)

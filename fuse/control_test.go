@@ -234,6 +234,32 @@ func TestAnnounceSuperseded(t *testing.T) {
 	}
 }
 
+// TestAnnounceTimerAfterFsync: a quiet timer that fires as an fsync
+// applies the same list neither cancels the fsync's announcement nor
+// announces the list a second time.
+func TestAnnounceTimerAfterFsync(t *testing.T) {
+	ctl := &recordingControl{}
+	fsys := newFS(Config{Store: memStore{objs: map[string][]byte{"p/c/a.jpg": nil}}, Prefix: "p/", Control: ctl})
+	a := &announceFile{fsys: fsys}
+	ctx := context.Background()
+	if _, errno := a.Write(ctx, nil, []byte("c/a.jpg\n"), 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	a.mu.Lock()
+	armed := a.seq // the timer the write armed
+	a.mu.Unlock()
+	if errno := a.Fsync(ctx, nil, 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	a.announce(armed) // that timer, firing late
+	time.Sleep(2 * announceQuiet)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if len(ctl.orders) != 1 || len(ctl.orders[0]) != 1 {
+		t.Fatalf("announcements %v, want one of c/a.jpg", ctl.orders)
+	}
+}
+
 // TestNoControl: without a Control there is no control directory.
 func TestNoControl(t *testing.T) {
 	st := srv.NewBucket(t)
