@@ -293,19 +293,34 @@ func (n *fileNode) reader(off int64) Reader {
 	return n.r
 }
 
+// done forgets r once its pass has read the end of the file: a file read
+// once keeps no reader (an epoch over millions of files would keep one
+// each). A read of the same pass arriving late gets a fresh reader.
+func (n *fileNode) done(r Reader) {
+	n.mu.Lock()
+	if n.r == r {
+		n.r = nil
+	}
+	n.mu.Unlock()
+}
+
 func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
 	if off >= n.obj.Size {
 		return gofuse.ReadResultData(nil), 0
 	}
 	var data []byte
 	var err error
-	switch r := n.reader(off).(type) {
+	rd := n.reader(off)
+	switch r := rd.(type) {
 	case viewReader:
 		data, err = r.ReadView(ctx, dest, off)
 	default:
 		var got int
 		got, err = r.ReadAt(ctx, dest, off)
 		data = dest[:got]
+	}
+	if off+int64(len(data)) >= n.obj.Size {
+		n.done(rd)
 	}
 	if errors.Is(err, store.ErrNotExist) {
 		// Deleted since it was listed: this version went stale.

@@ -1,0 +1,65 @@
+package fuse
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// sliceReader reads from a byte slice.
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) ReadAt(_ context.Context, p []byte, off int64) (int, error) {
+	n := copy(p, s.b[off:])
+	if off+int64(n) >= int64(len(s.b)) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (s *sliceReader) Close() error { return nil }
+
+// TestReaderDroppedAtEnd: a pass that reads the end of a file leaves no
+// reader behind (a node per file of the dataset would keep one each); a
+// later read still gets exact bytes from a fresh reader.
+func TestReaderDroppedAtEnd(t *testing.T) {
+	content := []byte("0123456789")
+	opens := 0
+	fsys := newFS(Config{Opener: OpenerFunc(func(store.Object) Reader {
+		opens++
+		return &sliceReader{content}
+	})})
+	n := &fileNode{fsys: fsys, obj: store.Object{Key: "f", Size: int64(len(content))}}
+	read := func(off, size int) []byte {
+		t.Helper()
+		res, errno := n.Read(context.Background(), nil, make([]byte, size), int64(off))
+		if errno != 0 {
+			t.Fatalf("read %d+%d: %v", off, size, errno)
+		}
+		b, _ := res.Bytes(make([]byte, size))
+		return b
+	}
+	held := func() bool { n.mu.Lock(); defer n.mu.Unlock(); return n.r != nil }
+	for _, c := range []struct {
+		off, size int
+		held      bool
+	}{
+		{0, 4, true},   // a pass starts
+		{4, 6, false},  // and reads the end
+		{5, 3, true},   // a read in the middle gets a fresh reader
+		{8, 10, false}, // which is dropped at the end too
+	} {
+		if got := read(c.off, c.size); !bytes.Equal(got, content[c.off:min(c.off+c.size, len(content))]) {
+			t.Fatalf("read %d+%d = %q", c.off, c.size, got)
+		}
+		if held() != c.held {
+			t.Fatalf("after read %d+%d: reader held %v, want %v", c.off, c.size, held(), c.held)
+		}
+	}
+	if opens != 2 {
+		t.Fatalf("%d readers opened, want 2", opens)
+	}
+}
