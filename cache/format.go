@@ -128,7 +128,7 @@ func parseSegmentName(name string) (uint64, bool) {
 // aligned to align bytes (0: back to back). With alignment, the header is
 // zero-padded to the first record, align bytes.
 func segmentHeader(seq uint64, align int64) []byte {
-	hdr := make([]byte, max(segHeaderLen, align))
+	hdr := make([]byte, firstRecord(align))
 	copy(hdr, segMagic)
 	hdr[4] = segVersion
 	if align > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,37 @@ func (r *recordingControl) Announce(order []store.Object) {
 
 func (r *recordingControl) Stats() []byte { return []byte(`{"gets":42}`) }
 
+// announced returns the orders received so far.
+func (r *recordingControl) announced() [][]store.Object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.orders)
+}
+
+// keysOf joins the keys of an order with spaces.
+func keysOf(order []store.Object) string {
+	keys := make([]string, len(order))
+	for i, o := range order {
+		keys[i] = o.Key
+	}
+	return strings.Join(keys, " ")
+}
+
+// writeOrder opens mnt's control file as a job does and writes list to it;
+// the file stays open (for more writes and an fsync) until the test ends.
+func writeOrder(t *testing.T, mnt, list string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(mnt, ControlDir, "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString(list); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestAnnounce writes an epoch order to .dataccel/prefetch: the control
 // receives the objects in that order, unknown and escaping paths are
 // skipped, and the control directory never shows in listings.
@@ -48,22 +80,18 @@ func TestAnnounce(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for len(got) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-		ctl.mu.Lock()
-		got = ctl.orders
-		ctl.mu.Unlock()
+		got = ctl.announced()
 	}
 	if len(got) != 1 {
 		t.Fatalf("%d announcements, want 1", len(got))
 	}
-	var keys []string
 	for _, o := range got[0] {
 		if o.ETag == "" || o.Size != 1 {
 			t.Errorf("object %+v lacks metadata", o)
 		}
-		keys = append(keys, o.Key)
 	}
-	if want := "ds/c1/f5 ds/c0/f2 ds/c1/f1 ds/c0/f0"; strings.Join(keys, " ") != want {
-		t.Fatalf("announced %v, want %s", keys, want)
+	if want := "ds/c1/f5 ds/c0/f2 ds/c1/f1 ds/c0/f0"; keysOf(got[0]) != want {
+		t.Fatalf("announced %s, want %s", keysOf(got[0]), want)
 	}
 	ents, err := os.ReadDir(m.Dir)
 	if err != nil {
@@ -92,33 +120,15 @@ func TestAnnounceFsync(t *testing.T) {
 	}
 	ctl := &recordingControl{}
 	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
-	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("f2\nf0\n"); err != nil {
-		t.Fatal(err)
-	}
+	f := writeOrder(t, m.Dir, "f2\nf0\n")
 	if err := f.Sync(); err != nil {
 		t.Fatalf("fsync: %v", err)
 	}
-	count := func() (n int, keys []string) {
-		ctl.mu.Lock()
-		defer ctl.mu.Unlock()
-		if len(ctl.orders) > 0 {
-			for _, o := range ctl.orders[0] {
-				keys = append(keys, o.Key)
-			}
-		}
-		return len(ctl.orders), keys
-	}
-	n, keys := count()
-	if n != 1 || strings.Join(keys, " ") != "ds/f2 ds/f0" {
-		t.Fatalf("after fsync: %d announcements, first %v; want 1: [ds/f2 ds/f0]", n, keys)
+	if got := ctl.announced(); len(got) != 1 || keysOf(got[0]) != "ds/f2 ds/f0" {
+		t.Fatalf("after fsync: %d announcements %v; want 1: [ds/f2 ds/f0]", len(got), got)
 	}
 	time.Sleep(4 * announceQuiet)
-	if n, _ := count(); n != 1 {
+	if n := len(ctl.announced()); n != 1 {
 		t.Fatalf("%d announcements after the quiet pause, want still 1", n)
 	}
 }
@@ -145,21 +155,11 @@ func TestAnnounceFsyncListingFails(t *testing.T) {
 	testenv.Put(t, st, "ds/broken/f", []byte{1})
 	ctl := &recordingControl{}
 	m := mountCfg(t, Config{Store: failingList{st, "ds/broken/"}, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
-	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("broken/f\n"); err != nil {
-		t.Fatal(err)
-	}
+	f := writeOrder(t, m.Dir, "broken/f\n")
 	if err := f.Sync(); err != nil {
 		t.Fatalf("fsync: %v, want success", err)
 	}
-	ctl.mu.Lock()
-	n := len(ctl.orders)
-	ctl.mu.Unlock()
-	if n != 0 {
+	if n := len(ctl.announced()); n != 0 {
 		t.Fatalf("%d announcements, want none", n)
 	}
 }
@@ -199,14 +199,7 @@ func TestAnnounceSuperseded(t *testing.T) {
 	g := gatedList{Store: st, prefix: "ds/slow/", entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	ctl := &recordingControl{}
 	m := mountCfg(t, Config{Store: g, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
-	f, err := os.OpenFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("slow/f0\n"); err != nil {
-		t.Fatal(err)
-	}
+	f := writeOrder(t, m.Dir, "slow/f0\n")
 	select {
 	case <-g.entered: // the timer's announcement waits for the listing
 	case <-time.After(5 * time.Second):
@@ -220,17 +213,12 @@ func TestAnnounceSuperseded(t *testing.T) {
 		t.Fatalf("fsync: %v", err)
 	}
 	time.Sleep(4 * announceQuiet)
-	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
-	if len(ctl.orders) != 1 {
-		t.Fatalf("%d announcements, want 1 (the whole list)", len(ctl.orders))
+	got := ctl.announced()
+	if len(got) != 1 {
+		t.Fatalf("%d announcements, want 1 (the whole list)", len(got))
 	}
-	var keys []string
-	for _, o := range ctl.orders[0] {
-		keys = append(keys, o.Key)
-	}
-	if strings.Join(keys, " ") != "ds/slow/f0 ds/f1" {
-		t.Fatalf("announced %v, want [ds/slow/f0 ds/f1]", keys)
+	if keysOf(got[0]) != "ds/slow/f0 ds/f1" {
+		t.Fatalf("announced %s, want ds/slow/f0 ds/f1", keysOf(got[0]))
 	}
 }
 
@@ -253,10 +241,8 @@ func TestAnnounceTimerAfterFsync(t *testing.T) {
 	}
 	a.announce(armed) // that timer, firing late
 	time.Sleep(2 * announceQuiet)
-	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
-	if len(ctl.orders) != 1 || len(ctl.orders[0]) != 1 {
-		t.Fatalf("announcements %v, want one of c/a.jpg", ctl.orders)
+	if got := ctl.announced(); len(got) != 1 || keysOf(got[0]) != "p/c/a.jpg" {
+		t.Fatalf("announcements %v, want one of p/c/a.jpg", got)
 	}
 }
 

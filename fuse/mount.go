@@ -226,12 +226,21 @@ const maxReadAhead = 1 << 20
 // eight times the requests of 1 MiB ones. Root only (sysfs); without it the
 // mount works as before.
 func raiseReadAhead(dir string, n int) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	path, err := readAheadFile(dir)
+	if err != nil {
 		return err
 	}
-	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(path, []byte(strconv.Itoa(n>>10)), 0)
+}
+
+// readAheadFile is the sysfs file that holds the read-ahead (KiB) of the
+// file system mounted at dir.
+func readAheadFile(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
 }
 
 // Unmount unmounts and waits for the server loop to end. When the mount is

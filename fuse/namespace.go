@@ -37,6 +37,15 @@ func (l *listing) get(name string) (entry, bool) {
 	return l.entries[i], true
 }
 
+// getBytes is get for a name in bytes, with no string made of it.
+func (l *listing) getBytes(name []byte) (entry, bool) {
+	i, ok := l.index[string(name)]
+	if !ok {
+		return entry{}, false
+	}
+	return l.entries[i], true
+}
+
 // namespace caches directory listings of the mounted prefix for ttl. A
 // directory is listed with one delimiter LIST (paginated), which answers
 // lookups of all its children at once: far cheaper than a HEAD per file.

@@ -170,7 +170,6 @@ func newTransport(maxConns int) *http.Transport {
 		// Small: a body read into a block larger than the buffer goes
 		// straight from the socket into the block, not through the buffer
 		// (one copy less). 16 KiB still takes the headers in one read.
-		// Against 256 KiB: 23 µs less client CPU per 110 KB GET.
 		ReadBufferSize: 16 << 10,
 	}
 }
