@@ -79,9 +79,10 @@ func (c *ctlDir) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) 
 	var attr gofuse.AttrOut
 	ch.Operations().(gofs.NodeGetattrer).Getattr(ctx, nil, &attr)
 	out.Attr = attr.Attr
-	// The stats change all the time: the kernel must ask every time.
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	// The stats change all the time: the kernel must ask every time. Not
+	// 0, which go-fuse replaces with the mount's (long) timeouts.
+	out.SetEntryTimeout(askAgain)
+	out.SetAttrTimeout(askAgain)
 	return ch, 0
 }
 
@@ -421,8 +422,13 @@ func (s *statsFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.
 	out.Size = uint64(len(data))
 	out.SetTimes(nil, &at, &at)
 	out.Owner = gofuse.Owner{Uid: s.fsys.cfg.UID, Gid: s.fsys.cfg.GID}
+	out.SetTimeout(askAgain)
 	return 0
 }
+
+// askAgain is a timeout that has passed by the next request. (A timeout of
+// 0 from a node means "the mount's default" to go-fuse.)
+const askAgain = time.Nanosecond
 
 func (s *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {

@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +338,37 @@ func FuzzAppendCleanRel(f *testing.F) {
 			t.Fatalf("appendCleanRel(%q) = %q, want %q", p, got, want)
 		}
 	})
+}
+
+// countingControl's stats change at every snapshot, and grow.
+type countingControl struct{ n atomic.Int64 }
+
+func (c *countingControl) Announce([]store.Object) {}
+func (c *countingControl) Stats() []byte {
+	return fmt.Appendf(nil, `{"snapshots":%d}`, c.n.Add(1)*1000)
+}
+
+// TestStatsFresh: .dataccel/stats polled faster than it changes still
+// shows new counters once they change, and every read is one whole
+// snapshot (the size the kernel holds matches the bytes).
+func TestStatsFresh(t *testing.T) {
+	ctl := &countingControl{}
+	m := mountCfg(t, Config{Store: memStore{objs: map[string][]byte{"f": {1}}}, MetadataTTL: time.Hour, Control: ctl})
+	seen := map[int64]bool{}
+	for range 60 {
+		b, err := os.ReadFile(filepath.Join(m.Dir, ".dataccel", "stats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ Snapshots int64 }
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("stats %q: %v", b, err)
+		}
+		seen[v.Snapshots] = true
+		time.Sleep(20 * time.Millisecond)
+	}
+	// 1.2 s of polling spans several snapshots of statsFresh.
+	if len(seen) < 3 {
+		t.Fatalf("%d distinct snapshots read in 1.2 s: the kernel served stale stats", len(seen))
+	}
 }

@@ -5,7 +5,8 @@
 //
 // It does not fetch data itself: reads go to a Reader from the Opener it is
 // given (the prefetch loader in production). It does not cache data: the
-// kernel page cache and the prefetch loader do.
+// kernel page cache and the prefetch loader do; FS.Store lets prefetch put
+// files into the kernel's page cache before they are read.
 package fuse
 
 import (
@@ -15,6 +16,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +79,50 @@ type FS struct {
 	ns      *namespace
 	log     *slog.Logger
 	mounted time.Time
+	root    *dirNode // set once by New, before the mount serves
+}
+
+// ErrNoInode: the kernel holds no inode for the file (never looked up, or
+// forgotten since), so it has no page cache to fill.
+var ErrNoInode = errors.New("fuse: the kernel holds no inode for the file")
+
+// Store puts data at offset off into the kernel's page cache of obj's file
+// (FUSE_NOTIFY_STORE), for prefetch: a reader then reads it with no request
+// to this process. It fills only a file the kernel has looked up, and only
+// the version obj names, so a reader never sees another version's bytes.
+// It may wait while a READ in progress holds the pages; it never waits for
+// this process.
+func (f *FS) Store(obj store.Object, off int64, data []byte) error {
+	n := f.lookedUp(obj.Key)
+	if n == nil {
+		return fmt.Errorf("store %s in the page cache: %w", obj.Key, ErrNoInode)
+	}
+	if n.obj.ETag != obj.ETag || n.obj.Size != obj.Size {
+		return fmt.Errorf("store %s in the page cache: %w", obj.Key, store.ErrChanged)
+	}
+	if errno := n.WriteCache(off, data); errno != 0 {
+		return fmt.Errorf("store %s in the page cache: %w", obj.Key, errno)
+	}
+	return nil
+}
+
+// lookedUp returns the file node the kernel knows for key, or nil.
+func (f *FS) lookedUp(key string) *fileNode {
+	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
+	if !ok || rel == "" || f.root == nil {
+		return nil
+	}
+	in := f.root.EmbeddedInode()
+	for in != nil && rel != "" {
+		var name string
+		name, rel, _ = strings.Cut(rel, "/")
+		in = in.GetChild(name)
+	}
+	if in == nil {
+		return nil
+	}
+	n, _ := in.Operations().(*fileNode)
+	return n
 }
 
 func newFS(cfg Config) *FS {

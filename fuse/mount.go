@@ -184,6 +184,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 		fsys.Restore(cfg.Preload)
 	}
 	root := &dirNode{fsys: fsys, key: cfg.Prefix}
+	fsys.root = root
 	ttl := fsys.cfg.MetadataTTL
 	opts := &gofs.Options{
 		EntryTimeout:    &ttl,

@@ -53,15 +53,16 @@ type planner struct {
 	// not, most recent last (at most maxHeads). Data-loader workers each
 	// read their own batch in order: when their batches lie further apart
 	// than the lead, each is followed on its own.
-	heads []head         // guarded by mu
-	opens int64          // guarded by mu: opens in this epoch
-	queue []store.Object // guarded by mu: directory-order files to fetch
+	heads []head // guarded by mu
+	opens int64  // guarded by mu: opens in this epoch
+	queue []job  // guarded by mu: directory-order files to fetch
 }
 
 type dirState struct {
 	last      string // furthest key opened in the current walk
 	hits      int    // consecutive in-order steps
 	scheduled string // highest key handed to the workers in this walk
+	queued    int    // files queued in this walk (every dirSentinel-th is not pushed)
 	low       string // key the current walk started at
 }
 
@@ -76,7 +77,17 @@ type job struct {
 	obj   store.Object
 	epoch int
 	idx   int
+	push  bool // into the kernel's page cache, not only the ready map
 }
+
+// Pushed files never reach this process again: the reader finds them in the
+// page cache. Every few files in the lead are left to be read through the
+// mount, so that the planner still sees where the readers are and keeps its
+// lead bounded. Directory order must see a step within stepWindow.
+const (
+	announcedSentinel = 8 // every 8th file of the announced order
+	dirSentinel       = 4 // every 4th file queued in directory order
+)
 
 func newPlanner(l *Loader) *planner {
 	return &planner{
@@ -164,15 +175,20 @@ func (p *planner) opened(obj store.Object) Siblings {
 // a few data loaders.
 const maxHeads = 64
 
-// moveHead records that index i was opened: the run that reached i-1 (or a
-// new one) is now at i.
+// moveHead records that index i was opened: the run that reached the files
+// just before i (or a new one) is now at i. Runs step by up to
+// announcedSentinel: the files in between were pushed and read from the
+// page cache.
 func (p *planner) moveHead(i int) {
 	p.opens++
+	best := -1
 	for k, h := range p.heads {
-		if h.pos == i-1 || h.pos == i {
-			p.heads = append(p.heads[:k], p.heads[k+1:]...)
-			break
+		if h.pos <= i && h.pos >= i-announcedSentinel && (best < 0 || h.pos > p.heads[best].pos) {
+			best = k
 		}
+	}
+	if best >= 0 {
+		p.heads = append(p.heads[:best], p.heads[best+1:]...)
 	}
 	if i+1 < len(p.seen) && !p.seen[i+1] {
 		if len(p.heads) == maxHeads {
@@ -217,7 +233,7 @@ func (p *planner) take() (j job, ok bool) {
 		// then lead the furthest one.
 		if i, ok := p.nextForHeads(); ok {
 			p.sched[i] = true
-			return job{obj: p.order[i], epoch: p.epoch, idx: i}, true
+			return p.announcedJob(i), true
 		}
 		start = front
 		for start < len(p.order) && (p.seen[start] || p.sched[start]) {
@@ -230,14 +246,20 @@ func (p *planner) take() (j job, ok bool) {
 		if start == p.next {
 			p.next = start + 1
 		}
-		return job{obj: p.order[start], epoch: p.epoch, idx: start}, true
+		return p.announcedJob(start), true
 	}
 	if len(p.queue) > 0 {
-		o := p.queue[0]
+		j := p.queue[0]
 		p.queue = p.queue[1:]
-		return job{obj: o, idx: -1}, true
+		return j, true
 	}
 	return job{}, false
+}
+
+// announcedJob is the job for index i of the announced order. Called with
+// p.mu held.
+func (p *planner) announcedJob(i int) job {
+	return job{obj: p.order[i], epoch: p.epoch, idx: i, push: i%announcedSentinel != announcedSentinel-1}
 }
 
 // nextForHeads picks, for readers spread too far apart for one lead, the
@@ -314,9 +336,13 @@ func (p *planner) worker() {
 func (p *planner) fetchFile(j job) {
 	l := p.l
 	wanted := func() bool { return p.relevant(j) }
+	land := landReady
+	if j.push {
+		land = landKernel
+	}
 	nb := min(l.numBlocks(j.obj), int64(l.opts.FileBlocks))
 	for b := int64(0); b < nb; b++ {
-		if !l.fetchAhead(j.obj, b, false, wanted) {
+		if !l.fetchAhead(j.obj, b, land, wanted) {
 			return
 		}
 	}
@@ -326,13 +352,13 @@ func (p *planner) fetchFile(j job) {
 // (budget or a prefetch slot) when there is none: skipping would leave a
 // hole that the reader then waits on. It reports false when the block is no
 // longer wanted or the loader is closing.
-func (l *Loader) fetchAhead(obj store.Object, b int64, toCache bool, wanted func() bool) bool {
+func (l *Loader) fetchAhead(obj store.Object, b int64, land landing, wanted func() bool) bool {
 	for {
 		if wanted != nil && !wanted() || l.ctx.Err() != nil {
 			return false
 		}
 		room := l.mem.released()
-		f, res := l.startPrefetch(obj, b, true, toCache, wanted)
+		f, res := l.startPrefetch(obj, b, true, land, wanted)
 		switch res {
 		case pfStarted:
 			select {
@@ -395,14 +421,14 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		// Back to the walk's start or far back (e.g. the next epoch): a
 		// new walk from here. Files still held or cached are not fetched
 		// again; the rest are wanted.
-		st.hits, st.last, st.scheduled, st.low = 0, key, key, key
+		st.hits, st.last, st.scheduled, st.low, st.queued = 0, key, key, key, 0
 	}
 	if st.hits < p.l.opts.DirHits {
 		return
 	}
 	var (
 		bytes int64
-		add   []store.Object
+		add   []job
 	)
 	for i, o := range sib.Next(key, p.l.opts.FileLead) {
 		if o.IsPrefix {
@@ -413,7 +439,8 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 			break
 		}
 		if o.Key > st.scheduled {
-			add = append(add, o)
+			st.queued++
+			add = append(add, job{obj: o, idx: -1, push: st.queued%dirSentinel != 0})
 			st.scheduled = o.Key
 		}
 	}

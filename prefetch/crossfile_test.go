@@ -136,16 +136,23 @@ func TestDirectoryOrderPrefetch(t *testing.T) {
 
 // While the reader walks, the number of files fetched but not yet opened
 // stays within FileLead.
-func TestAnnouncedOrder(t *testing.T) {
-	const n, lead = 150, 8
+// shuffledEpoch is a store of n files of 20 KiB, each GET taking 1 ms, and
+// a shuffled order over them: an announced order that is not key order (n
+// must not be a multiple of 37).
+func shuffledEpoch(n int) (*fakeStore, []store.Object) {
 	st := newFakeStore()
 	st.latency = func(string) time.Duration { return time.Millisecond }
 	objs := addFiles(st, "shuffled", n, 20<<10)
-	// A shuffled epoch: announced order is not key order.
 	order := make([]store.Object, n)
 	for i := range objs {
 		order[(i*37)%n] = objs[i]
 	}
+	return st, order
+}
+
+func TestAnnouncedOrder(t *testing.T) {
+	const n, lead = 150, 8
+	st, order := shuffledEpoch(n)
 	stats := &Stats{}
 	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: lead, Workers: 8, Stats: stats})
 	l.Announce(order)

@@ -77,6 +77,11 @@ type Options struct {
 	// Set it to what the cache can keep: an epoch reads every file once, so
 	// with a shuffled order nobody announced this is what hides latency.
 	SweepBytes int64
+	// SweepPushBytes: of what the sweep fetches, this many bytes in all
+	// (once per mount, like the sweep) also go into the page cache when
+	// there is one (SetPageCache). Set it to the memory the job can spare
+	// for the dataset (0: none).
+	SweepPushBytes int64
 	// Siblings gives directory listing order; nil disables directory-order
 	// prefetch. It can also be set later with SetSiblings.
 	Siblings Siblings
@@ -163,7 +168,22 @@ type Loader struct {
 	pflights int64                 // guarded by mu: prefetch flights in progress
 	pbytes   int64                 // guarded by mu: bytes those flights fetch
 	closed   bool                  // guarded by mu
+	pc       PageCache             // guarded by mu: where pushes go (nil: none)
+
+	pushq chan push // blocks waiting for a pusher; nil unless CrossFile
 }
+
+// Where a prefetched block lands once fetched: the ready map (landReady),
+// until a read takes it, or the cache tier only (landCache: the sweep
+// fetches far more than the budget); with landKernel, also the page cache
+// ahead of the reader (PageCache).
+type landing uint8
+
+const (
+	landReady  landing = 0
+	landCache  landing = 1 << 0
+	landKernel landing = 1 << 1
+)
 
 // flight is one fetch of one block and, once done, the block itself. It is
 // reference counted: the fetch, each waiter and the ready map each hold one
@@ -171,9 +191,9 @@ type Loader struct {
 type flight struct {
 	key      cache.Key
 	obj      store.Object
-	n        int64 // block length
-	prefetch bool  // started by prefetch, not by a read
-	toCache  bool  // set before the fetch starts: land in the tier, not the ready map
+	n        int64   // block length
+	prefetch bool    // started by prefetch, not by a read
+	land     landing // set before the fetch starts
 	done     chan struct{}
 	data     []byte // set before done is closed
 	err      error  // set before done is closed
@@ -209,6 +229,11 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		l.plan = newPlanner(l)
 		l.plan.start()
 		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}}
+		l.pushq = make(chan push, pushQueue)
+		for range pushers {
+			l.wg.Add(1)
+			go l.pusher()
+		}
 	}
 	return l
 }
@@ -594,12 +619,15 @@ func (l *Loader) run(f *flight) {
 	if f.prefetch {
 		l.pflights--
 		l.pbytes -= f.n
-		if err == nil && !f.used && !f.toCache {
+		if err == nil && !f.used && f.land&landCache == 0 {
 			l.keepReadyLocked(f)
 			if f.elem == nil {
 				l.stats.PrefetchWasted.Add(1)
 			}
 		}
+	}
+	if err == nil && f.land&landKernel != 0 && !f.used {
+		l.pushLocked(f)
 	}
 	charge := l.unrefLocked(f)
 	l.mu.Unlock()
@@ -696,10 +724,10 @@ const (
 // registered: a reader registers its own fetch under l.mu too, so a file the
 // reader has reached is never fetched a second time by prefetch.
 //
-// With toCache the fetched block goes to the cache tier only, not to the
+// With landCache the fetched block goes to the cache tier only, not to the
 // ready map (where it would hold budget until read): the sweep fetches far
 // more than the budget, and the tier is where it must land.
-func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wanted func() bool) (*flight, pfResult) {
+func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landing, wanted func() bool) (*flight, pfResult) {
 	k := key(obj, i)
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
@@ -737,7 +765,10 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold, toCache bool, wa
 		return nil, pfNoRoom
 	}
 	f := l.newFlightLocked(obj, i, n, true)
-	f.toCache = toCache && l.tier != nil
+	f.land = land
+	if l.tier == nil {
+		f.land &^= landCache
+	}
 	if hold {
 		f.refs++
 	}

@@ -51,7 +51,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// against each other on the budget. The later blocks of a read spanning
 	// several start at once as prefetch, so their GETs still overlap.
 	for b := first + 1; b <= last; b++ {
-		l.startPrefetch(r.obj, b, false, false, nil)
+		l.startPrefetch(r.obj, b, false, landReady, nil)
 	}
 	r.readAhead(off, end, last)
 
@@ -162,7 +162,7 @@ func (r *reader) readAhead(off, end, last int64) {
 
 	done := int64(-1)
 	for b := from; b <= to; b++ {
-		if _, res := l.startPrefetch(r.obj, b, false, false, nil); res == pfNoRoom {
+		if _, res := l.startPrefetch(r.obj, b, false, landReady, nil); res == pfNoRoom {
 			break
 		}
 		done = b

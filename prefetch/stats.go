@@ -20,6 +20,11 @@ type Stats struct {
 	PrefetchWasted  atomic.Int64 // prefetched blocks dropped before any read
 	PrefetchSkipped atomic.Int64 // read-ahead skipped for lack of memory budget or slots
 
+	Pushed      atomic.Int64 // prefetched blocks put in the kernel's page cache (PageCache)
+	PushedBytes atomic.Int64 // bytes of those blocks
+	PushFailed  atomic.Int64 // pushes the page cache refused (file not looked up, unmounted)
+	PushSkipped atomic.Int64 // pushes skipped because the push queue was full
+
 	MemInUse atomic.Int64 // gauge: bytes charged to the memory budget now
 	MemPeak  atomic.Int64 // high-water mark of MemInUse
 

@@ -25,6 +25,7 @@ type sweeper struct {
 	dirs    map[string]*sweepDir // guarded by mu
 	queue   []store.Object       // guarded by mu: files to fetch, in order
 	bytes   int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
+	pushed  int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
 	running int                  // guarded by mu: workers alive
 }
 
@@ -96,6 +97,18 @@ func (s *sweeper) take() (store.Object, bool) {
 	return o, true
 }
 
+// landing says where a file about to be fetched lands: the tier and, while
+// SweepPushBytes allows, the page cache too.
+func (s *sweeper) landing(obj store.Object) landing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pushed+obj.Size > s.l.opts.SweepPushBytes {
+		return landCache
+	}
+	s.pushed += obj.Size
+	return landCache | landKernel
+}
+
 func (s *sweeper) worker() {
 	defer s.l.wg.Done()
 	l := s.l
@@ -104,11 +117,15 @@ func (s *sweeper) worker() {
 		if !ok {
 			return
 		}
+		land := landing(0)
 		for b := int64(0); b < l.numBlocks(obj); b++ {
 			if l.tierHas(key(obj, b)) {
 				continue // cached by an earlier epoch or mount: no read, no GET
 			}
-			if !l.fetchAhead(obj, b, true, nil) {
+			if land == 0 {
+				land = s.landing(obj)
+			}
+			if !l.fetchAhead(obj, b, land, nil) {
 				return // closing
 			}
 		}

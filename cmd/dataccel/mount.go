@@ -48,6 +48,7 @@ type mountFlags struct {
 	prefetchList     string
 	blockSize        string
 	hedge            bool
+	push             bool
 	manifest         string
 	ioTimeout        time.Duration
 	stallTimeout     time.Duration
@@ -79,6 +80,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchInflight, "prefetch-inflight", "32MiB", "bytes of GETs in flight past which prefetch across files waits, so that the file needed next is not slowed by the many after it; raise it for links with more bandwidth x latency")
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
+	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first)")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
@@ -114,6 +116,7 @@ type mountPlan struct {
 	cacheBytes        int64
 	minFree           float64
 	ramBytes          int64
+	sweepPushBytes    int64
 	prefetchMem       int64
 	prefetchInflight  int64
 	blockSize         int64
@@ -169,6 +172,11 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	} else if p.ramBytes, err = cache.ParseSizeOrPercent(ram, mem); err != nil {
 		return p, bad("ram-cache-size", err)
 	}
+	// Pushed pages are charged to this process's memory cgroup (a
+	// sidecar's limit), beside the RAM cache and the prefetch buffers: the
+	// sweep pushes no more than what is left of it, less some headroom, so
+	// that they are not reclaimed before they are read.
+	p.sweepPushBytes = max(0, min(p.ramBytes, mem-p.ramBytes-p.prefetchMem-512<<20))
 	if f.cacheDir != "" {
 		if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
 			return p, fmt.Errorf("--cache-dir: %w", err)
@@ -255,8 +263,10 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		// An epoch reads every file once: fetch the rest of the directories
 		// being read, as far as the cache can keep them.
 		SweepBytes: max(p.cacheBytes, p.ramBytes) / 10 * 9,
-		Logger:     logger,
-		Stats:      &stats.prefetch,
+		// and push as much of it into the page cache as memory allows.
+		SweepPushBytes: p.sweepPushBytes,
+		Logger:         logger,
+		Stats:          &stats.prefetch,
 	})
 	defer loader.Close()
 
@@ -295,6 +305,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		return err
 	}
 	loader.SetSiblings(m.FS)
+	if f.push {
+		loader.SetPageCache(m.FS)
+	}
 	logger.Info("mounted", "source", source, "mountpoint", m.Dir,
 		"ram_cache", humanBytes(p.ramBytes), "disk_cache", humanBytes(p.cacheBytes), "prefetch", f.prefetch)
 

@@ -1,0 +1,74 @@
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// TestStore: FS.Store puts bytes into the kernel's page cache of a file the
+// kernel has looked up, and a read then gets them with no READ reaching the
+// mount. The test pushes bytes that differ from the object's, so that only
+// a read served from the page cache can return them. A file never looked
+// up, another version, or a key outside the mount is refused.
+func TestStore(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	objs := map[string][]byte{
+		"d/a.bin": randBytes(r, 300<<10+123), // not a whole number of pages
+		"d/b.bin": randBytes(r, 5000),
+	}
+	st := memStore{objs: objs}
+	var opens atomic.Int64
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: OpenerFunc(func(o store.Object) Reader {
+		opens.Add(1)
+		return DirectOpener{Store: st}.Open(o)
+	})})
+	obj := func(key string) store.Object {
+		return store.Object{Key: key, Size: int64(len(objs[key])), ETag: "e"}
+	}
+
+	if err := m.FS.Store(obj("d/b.bin"), 0, objs["d/b.bin"]); !errors.Is(err, ErrNoInode) {
+		t.Fatalf("store into a file never looked up: %v, want ErrNoInode", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.Dir, "d", "a.bin")); err != nil {
+		t.Fatal(err)
+	}
+	pushed := randBytes(r, len(objs["d/a.bin"]))
+	if err := m.FS.Store(obj("d/a.bin"), 0, pushed); err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(m.Dir, "d", "a.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, pushed) {
+		t.Fatalf("read %d bytes that are not the pushed ones: the read reached the mount", len(got))
+	}
+	if n := opens.Load(); n != 0 {
+		t.Fatalf("%d reads reached the mount, want none", n)
+	}
+
+	other := obj("d/a.bin")
+	other.ETag = "another version"
+	if err := m.FS.Store(other, 0, pushed); !errors.Is(err, store.ErrChanged) {
+		t.Fatalf("store of another version: %v, want ErrChanged", err)
+	}
+	if err := m.FS.Store(obj("elsewhere/a.bin"), 0, pushed); !errors.Is(err, ErrNoInode) {
+		t.Fatalf("store outside the mount's files: %v, want ErrNoInode", err)
+	}
+	// A file read normally still reads the object's bytes.
+	got, err = os.ReadFile(filepath.Join(m.Dir, "d", "b.bin"))
+	if err != nil || !bytes.Equal(got, objs["d/b.bin"]) {
+		t.Fatalf("read d/b.bin: %v", err)
+	}
+	if n := opens.Load(); n != 1 {
+		t.Fatalf("%d readers opened, want 1 (for d/b.bin)", n)
+	}
+}

@@ -1,0 +1,108 @@
+package prefetch
+
+import (
+	"errors"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// PageCache is where blocks fetched ahead of the reader can be put so that
+// the reader finds them without asking: the kernel's page cache of the
+// mounted file (the fuse layer implements it with FUSE_NOTIFY_STORE). A
+// read served there costs no request to this process, no wait and no copy
+// out of the loader on the reader's path.
+//
+// Store puts data at offset off of obj's file. It must be safe for
+// concurrent use, may wait briefly (for pages a read in progress holds) and
+// must never wait for the loader. An error means nothing was stored, or not
+// all of it: the block stays ready for a read.
+type PageCache interface {
+	Store(obj store.Object, off int64, data []byte) error
+}
+
+// Pushes waiting for a pusher, at most: a block waiting here keeps its
+// budget, so a full queue turns pushes into plain ready blocks.
+const pushQueue = 64
+
+// pushers push queued blocks; two, so that one waiting on a page lock does
+// not stop the other.
+const pushers = 2
+
+// push is a block handed to the page cache.
+type push struct {
+	f  *flight
+	pc PageCache
+}
+
+// errNotPushed marks pushes dropped at Close.
+var errNotPushed = errors.New("prefetch: loader closed before the push")
+
+// SetPageCache sets where cross-file prefetch puts the files it fetches
+// ahead of the reader, besides the ready map (nil: nowhere). It does
+// nothing without CrossFile.
+func (l *Loader) SetPageCache(pc PageCache) {
+	l.mu.Lock()
+	l.pc = pc
+	l.mu.Unlock()
+}
+
+// pushLocked queues f for the page cache, holding a reference on it until
+// the push ends. A full queue skips the push. Called with l.mu held.
+func (l *Loader) pushLocked(f *flight) {
+	if l.pc == nil || l.closed || l.pushq == nil {
+		return
+	}
+	select {
+	case l.pushq <- push{f: f, pc: l.pc}:
+		f.refs++
+	default:
+		l.stats.PushSkipped.Add(1)
+	}
+}
+
+// pusher stores queued blocks until the loader closes, then drops the rest
+// (Close sets closed before it cancels, so nothing is queued after).
+func (l *Loader) pusher() {
+	defer l.wg.Done()
+	for {
+		select {
+		case p := <-l.pushq:
+			off, _ := l.blockRange(p.f.obj, p.f.key.Block)
+			l.pushed(p.f, p.pc.Store(p.f.obj, off, p.f.data))
+		case <-l.ctx.Done():
+			for {
+				select {
+				case p := <-l.pushq:
+					l.pushed(p.f, errNotPushed)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// pushed ends a push. A block in the page cache leaves the ready map: the
+// reader will find it there (or, if the kernel dropped it, in the cache
+// tier). A failed push leaves it ready, as if it had not been tried.
+func (l *Loader) pushed(f *flight, err error) {
+	var charge int64
+	l.mu.Lock()
+	if err == nil {
+		l.stats.Pushed.Add(1)
+		l.stats.PushedBytes.Add(int64(len(f.data)))
+		if !f.used {
+			charge = l.removeReadyLocked(f)
+		}
+	} else if !errors.Is(err, errNotPushed) {
+		l.stats.PushFailed.Add(1)
+	}
+	charge += l.unrefLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+	if err != nil && !errors.Is(err, errNotPushed) {
+		l.log.Debug("prefetch: block not pushed to the page cache", "key", f.key.Object, "block", f.key.Block, "err", err)
+	}
+}
