@@ -569,6 +569,25 @@ func (d *Disk) Put(k Key, b []byte) {
 	}
 }
 
+// putWait queues b for writing under k like Put, but waits for room in
+// the queue rather than drop it (for Tiered.Drain). It reports false once
+// the tier is closed or disabled.
+func (d *Disk) putWait(k Key, b []byte) bool {
+	if d.disabled.Load() {
+		return false
+	}
+	d.qmu.RLock()
+	defer d.qmu.RUnlock()
+	if d.closed {
+		return false
+	}
+	d.pendMu.Lock()
+	d.pend++
+	d.pendMu.Unlock()
+	d.queue <- putItem{key: k, data: b} // the writers drain it until Close, which waits for qmu
+	return true
+}
+
 func (d *Disk) done() {
 	d.pendMu.Lock()
 	d.pend--

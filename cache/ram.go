@@ -3,15 +3,27 @@ package cache
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
 
 // RAM is the in-memory tier: a ristretto cache bounded in bytes (cost =
 // block length). Sets are best effort: ristretto may drop or refuse one.
+//
+// With a victim (Tiered sets the disk tier), every block the RAM tier does
+// not keep (evicted, refused, dropped) goes to the victim, and Drain hands
+// it the blocks still held: the disk tier is written when RAM overflows or
+// the mount ends, not once per fetch.
 type RAM struct {
 	c     *ristretto.Cache[string, *ramEntry]
 	stats *Stats
+
+	victim atomic.Pointer[func(Key, []byte)] // set once, before use
+
+	mu   sync.Mutex
+	held map[Key]struct{} // guarded by mu: keys set and not given up, kept with a victim only
 }
 
 // ramEntry keeps the full key beside the block so that a hash collision in
@@ -35,17 +47,62 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 		stats = new(Stats)
 	}
 	counters := min(max(10*maxBytes/assumedBlock, 1000), 50_000_000)
+	r := &RAM{stats: stats}
 	c, err := ristretto.NewCache(&ristretto.Config[string, *ramEntry]{
 		NumCounters:        counters,
 		MaxCost:            maxBytes,
 		BufferItems:        64,
 		IgnoreInternalCost: true,
-		OnEvict:            func(*ristretto.Item[*ramEntry]) { stats.RAMEvictions.Add(1) },
+		OnEvict: func(it *ristretto.Item[*ramEntry]) {
+			stats.RAMEvictions.Add(1)
+			r.givenUp(it.Value)
+		},
+		OnReject: func(it *ristretto.Item[*ramEntry]) {
+			stats.RAMDropped.Add(1)
+			r.givenUp(it.Value)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new ram cache: %w", err)
 	}
-	return &RAM{c: c, stats: stats}, nil
+	r.c = c
+	return r, nil
+}
+
+// setVictim makes fn receive every block the tier gives up. Call it before
+// the first Put.
+func (r *RAM) setVictim(fn func(Key, []byte)) {
+	r.mu.Lock()
+	r.held = make(map[Key]struct{})
+	r.mu.Unlock()
+	r.victim.Store(&fn)
+}
+
+// givenUp hands a block the tier no longer holds to the victim.
+func (r *RAM) givenUp(e *ramEntry) {
+	v := r.victim.Load()
+	if v == nil || e == nil {
+		return
+	}
+	r.mu.Lock()
+	delete(r.held, e.key)
+	r.mu.Unlock()
+	(*v)(e.key, e.data)
+}
+
+// drain calls fn with each block the tier holds, until fn returns false.
+func (r *RAM) drain(fn func(Key, []byte) bool) {
+	r.mu.Lock()
+	keys := make([]Key, 0, len(r.held))
+	for k := range r.held {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	for _, k := range keys {
+		if e, ok := r.c.Get(ramKey(k)); ok && e != nil && e.key == k && !fn(k, e.data) {
+			return
+		}
+	}
 }
 
 func ramKey(k Key) string {
@@ -68,8 +125,15 @@ func (r *RAM) Get(k Key) ([]byte, bool) {
 // Put stores b under k and takes ownership of b. It may be dropped.
 func (r *RAM) Put(k Key, b []byte) {
 	r.stats.RAMPuts.Add(1)
-	if !r.c.Set(ramKey(k), &ramEntry{key: k, data: b}, int64(len(b))) {
+	e := &ramEntry{key: k, data: b}
+	if r.victim.Load() != nil {
+		r.mu.Lock()
+		r.held[k] = struct{}{}
+		r.mu.Unlock()
+	}
+	if !r.c.Set(ramKey(k), e, int64(len(b))) {
 		r.stats.RAMDropped.Add(1)
+		r.givenUp(e)
 	}
 }
 

@@ -1,10 +1,19 @@
 package cache
 
+import "time"
+
 // Tiered looks a block up in RAM, then on disk, and promotes disk hits to
 // RAM. Either tier may be nil. It does not own the tiers: the caller closes
-// them.
+// them, after Drain.
+//
+// Over a RAM tier, the disk tier takes the blocks RAM gives up (a victim
+// cache), not every block: a dataset that fits in RAM costs no disk write
+// while it is read, and Drain saves what RAM holds when the mount ends, so
+// the next mount still starts warm. A block promoted from disk is not
+// written again.
 type Tiered struct {
 	ram, disk Tier
+	victims   bool // the RAM tier hands its given-up blocks to disk
 }
 
 // toucher is implemented by tiers whose eviction policy wants to hear about
@@ -18,7 +27,51 @@ type flusher interface{ Flush() }
 // NewTiered returns a tiered cache over ram and disk; pass nil for a tier
 // that is absent.
 func NewTiered(ram, disk Tier) *Tiered {
-	return &Tiered{ram: nilTier(ram), disk: nilTier(disk)}
+	t := &Tiered{ram: nilTier(ram), disk: nilTier(disk)}
+	if r, ok := t.ram.(*RAM); ok && t.disk != nil {
+		r.setVictim(t.toDisk)
+		t.victims = true
+	}
+	return t
+}
+
+// toDisk writes a block RAM gave up, unless the disk tier has it already
+// (a block promoted from disk): the check saves a slot in its queue.
+func (t *Tiered) toDisk(k Key, b []byte) {
+	if c, ok := t.disk.(container); ok && c.Contains(k) {
+		return
+	}
+	t.disk.Put(k, b)
+}
+
+// waiter is a disk tier that can wait for room in its write queue.
+type waiter interface{ putWait(Key, []byte) bool }
+
+// Drain writes to the disk tier the blocks that only RAM holds, waiting
+// for the writes, until deadline. It reports how many blocks it saved and
+// how many it left (deadline passed, disk tier closed or failing). Call it
+// when the mount ends, before closing the tiers.
+func (t *Tiered) Drain(deadline time.Time) (saved, left int) {
+	r, ok := t.ram.(*RAM)
+	w, wok := t.disk.(waiter)
+	if !t.victims || !ok || !wok {
+		return 0, 0
+	}
+	r.drain(func(k Key, b []byte) bool {
+		if c, ok := t.disk.(container); ok && c.Contains(k) {
+			return true
+		}
+		if time.Now().After(deadline) || !w.putWait(k, b) {
+			left++
+			return true // count the rest
+		}
+		saved++
+		return true
+	})
+	if f, ok := t.disk.(flusher); ok {
+		f.Flush()
+	}
+	return saved, left
 }
 
 // nilTier turns a typed nil pointer inside an interface into a nil interface.
@@ -62,13 +115,14 @@ func (t *Tiered) Get(k Key) ([]byte, bool) {
 	return nil, false
 }
 
-// Put stores b in RAM now and queues it for disk (the disk tier writes in
-// the background). It takes ownership of b; neither tier modifies it.
+// Put stores b in RAM, and queues it for disk when there is no RAM tier
+// (or one that cannot hand its blocks on): the disk tier writes in the
+// background. It takes ownership of b; neither tier modifies it.
 func (t *Tiered) Put(k Key, b []byte) {
 	if t.ram != nil {
 		t.ram.Put(k, b)
 	}
-	if t.disk != nil {
+	if t.disk != nil && !t.victims {
 		t.disk.Put(k, b)
 	}
 }

@@ -169,29 +169,37 @@ func readAllFiles(t *testing.T, dir string, files map[string][]byte) {
 
 // TestRestartServesFromCache: fill the disk cache through a mount, unmount,
 // remount with the same cache dir: reading everything again costs no GET,
-// and the manifest spares every LIST and HEAD.
+// and the manifest spares every LIST and HEAD. With a RAM tier the disk
+// tier takes only what RAM gives up, and the unmount saves the rest.
 func TestRestartServesFromCache(t *testing.T) {
-	st := srv.NewBucket(t)
-	files := dataset(t, st, "ds/", 150, 40<<10)
-	cacheDir := t.TempDir()
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "1GiB", "--ram-cache-size", "0", "s3://" + st.Bucket() + "/ds"}
-	m := startMount(t, t.TempDir(), args...)
-	readAllFiles(t, m.dir, files)
-	first := m.stats(t)
-	if first["store_requests_get_total"] < int64(len(files)) {
-		t.Fatalf("cold read made %d GETs for %d files", first["store_requests_get_total"], len(files))
-	}
-	waitManifest(t, cacheDir)
-	m.unmount(t)
+	for _, ram := range []string{"0", "64MiB"} {
+		t.Run("ram-"+ram, func(t *testing.T) {
+			st := srv.NewBucket(t)
+			files := dataset(t, st, "ds/", 150, 40<<10)
+			cacheDir := t.TempDir()
+			args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "1GiB", "--ram-cache-size", ram, "s3://" + st.Bucket() + "/ds"}
+			m := startMount(t, t.TempDir(), args...)
+			readAllFiles(t, m.dir, files)
+			first := m.stats(t)
+			if first["store_requests_get_total"] < int64(len(files)) {
+				t.Fatalf("cold read made %d GETs for %d files", first["store_requests_get_total"], len(files))
+			}
+			if ram != "0" && first["cache_disk_write_bytes_total"] != 0 {
+				t.Errorf("%d bytes written to disk while the dataset fits in RAM", first["cache_disk_write_bytes_total"])
+			}
+			waitManifest(t, cacheDir)
+			m.unmount(t)
 
-	m2 := startMount(t, t.TempDir(), args...)
-	readAllFiles(t, m2.dir, files)
-	s := m2.stats(t)
-	if s["store_requests_get_total"] != 0 || s["store_requests_list_total"] != 0 || s["store_requests_stat_total"] != 0 {
-		t.Fatalf("remount: %d GET, %d LIST, %d HEAD; want 0 each", s["store_requests_get_total"], s["store_requests_list_total"], s["store_requests_stat_total"])
-	}
-	if s["cache_disk_hits_total"] < int64(len(files)) {
-		t.Fatalf("disk hits %d, want >= %d", s["cache_disk_hits_total"], len(files))
+			m2 := startMount(t, t.TempDir(), args...)
+			readAllFiles(t, m2.dir, files)
+			s := m2.stats(t)
+			if s["store_requests_get_total"] != 0 || s["store_requests_list_total"] != 0 || s["store_requests_stat_total"] != 0 {
+				t.Fatalf("remount: %d GET, %d LIST, %d HEAD; want 0 each", s["store_requests_get_total"], s["store_requests_list_total"], s["store_requests_stat_total"])
+			}
+			if s["cache_disk_hits_total"] < int64(len(files)) {
+				t.Fatalf("disk hits %d, want >= %d", s["cache_disk_hits_total"], len(files))
+			}
+		})
 	}
 }
 

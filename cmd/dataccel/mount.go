@@ -429,8 +429,24 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 	if ram == nil && disk == nil {
 		return nil, closeAll, nil
 	}
-	return cache.NewTiered(ram, disk), closeAll, nil
+	tiered := cache.NewTiered(ram, disk)
+	if ram != nil && disk != nil {
+		// Blocks only RAM holds reach the disk when the mount ends, so the
+		// next one starts warm; within a pod's grace period (30 s by
+		// default), as far as the disk keeps up.
+		closers = append(closers, func() {
+			t0 := time.Now()
+			saved, left := tiered.Drain(t0.Add(drainTimeout))
+			if saved+left > 0 {
+				logger.Info("RAM cache saved to the disk cache", "blocks", saved, "left", left, "seconds", time.Since(t0).Seconds())
+			}
+		})
+	}
+	return tiered, closeAll, nil
 }
+
+// drainTimeout bounds the save of the RAM cache to disk at exit.
+const drainTimeout = 20 * time.Second
 
 type manifestSource struct{ endpoint, bucket, prefix string }
 

@@ -1,0 +1,99 @@
+package cache
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTieredVictims: over a RAM tier, the disk tier is written with what
+// RAM gives up, not with every block: blocks that fit in RAM cost no disk
+// write until Drain saves them; blocks RAM evicts land on disk, so every
+// block is in one tier or the other; a block promoted from disk is not
+// written again; and a restart finds every drained block.
+func TestTieredVictims(t *testing.T) {
+	const size = 64 << 10
+	dir := t.TempDir()
+	stats := &Stats{}
+	r, err := NewRAM(4<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: dir, MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	tt := NewTiered(r, d)
+
+	fit := make([]Key, 8) // 512 KiB: fits in RAM
+	for i := range fit {
+		fit[i] = testKey("fit", int64(i))
+		tt.Put(fit[i], blockFor(fit[i], size))
+	}
+	tt.Flush()
+	if n := stats.DiskWriteBytes.Load(); n != 0 {
+		t.Fatalf("%d bytes written to disk for blocks that fit in RAM", n)
+	}
+	if saved, left := tt.Drain(time.Now().Add(10 * time.Second)); saved != len(fit) || left != 0 {
+		t.Fatalf("Drain saved %d, left %d; want %d, 0", saved, left, len(fit))
+	}
+	for _, k := range fit {
+		if !d.Contains(k) {
+			t.Fatalf("%v not on disk after Drain", k)
+		}
+	}
+	perBlock := stats.DiskWriteBytes.Load() / int64(len(fit)) // a record: header, block, alignment
+	if saved, _ := tt.Drain(time.Now().Add(10 * time.Second)); saved != 0 {
+		t.Fatalf("a second Drain saved %d blocks again", saved)
+	}
+
+	// Promote the drained blocks (a disk hit goes to RAM), then overflow
+	// RAM: the evicted blocks land on disk.
+	for _, k := range fit {
+		if _, ok := tt.Get(k); !ok {
+			t.Fatalf("%v missed", k)
+		}
+	}
+	written := stats.DiskWriteBytes.Load()
+	over := make([]Key, 200) // 12.5 MiB through a 4 MiB RAM tier
+	for i := range over {
+		over[i] = testKey("over", int64(i))
+		tt.Put(over[i], blockFor(over[i], size))
+	}
+	tt.Flush()
+	onDisk := 0
+	for _, k := range over {
+		inRAM := r.Contains(k)
+		if d.Contains(k) {
+			onDisk++
+		} else if !inRAM {
+			t.Fatalf("%v in neither tier", k)
+		}
+	}
+	if onDisk < len(over)-64 {
+		t.Fatalf("%d of %d blocks on disk with room for 64 in RAM", onDisk, len(over))
+	}
+	if got, want := stats.DiskWriteBytes.Load()-written, int64(onDisk)*perBlock; got != want {
+		t.Fatalf("%d bytes written for %d evicted blocks of %d bytes on disk: promoted blocks written again", got, onDisk, perBlock)
+	}
+	// RAM may keep the promoted blocks (they were read twice): give them
+	// up as an eviction would.
+	written = stats.DiskWriteBytes.Load()
+	for _, k := range fit {
+		tt.toDisk(k, blockFor(k, size))
+	}
+	tt.Flush()
+	if n := stats.DiskWriteBytes.Load() - written; n != 0 {
+		t.Fatalf("%d bytes written for blocks given up by RAM that the disk holds", n)
+	}
+	tt.Drain(time.Now().Add(10 * time.Second))
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := openDisk(t, DiskOptions{Dir: dir, MaxBytes: 256 << 20, MinFreeFraction: -1})
+	for _, k := range append(fit, over...) {
+		b, ok := d2.Get(k)
+		if !ok {
+			t.Fatalf("%v lost across the restart", k)
+		}
+		checkExact(t, k, b, size)
+	}
+}
