@@ -249,9 +249,12 @@ func TestAnnouncedEpochIsPushed(t *testing.T) {
 			t.Fatalf("%s: wrong bytes", rel)
 		}
 	}
+	// The RAM tier may drop a block under contention (it is best effort),
+	// which a later read then fetches again: allow a few. Pushed files read
+	// through the mount would cost dozens.
 	s := m.stats(t)
-	if s["store_requests_get_total"] > int64(blocks) {
-		t.Errorf("%d GETs for %d blocks: a pushed block was fetched again", s["store_requests_get_total"], blocks)
+	if s["store_requests_get_total"] > int64(blocks+blocks/20) {
+		t.Errorf("%d GETs for %d blocks: pushed blocks were fetched again", s["store_requests_get_total"], blocks)
 	}
 	t.Logf("pushed %d blocks (%d bytes), %d GETs for %d blocks", s["prefetch_pushed_total"], s["prefetch_pushed_bytes_total"], s["store_requests_get_total"], blocks)
 }
