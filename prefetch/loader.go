@@ -2,16 +2,19 @@
 // from a store.Store, shared by a whole mount: it owns the block loader
 // (singleflight per block, a global limit on GETs in flight, cache fill),
 // the memory budget for fetched-but-unread data, read-ahead within a file,
-// cross-file prefetch (directory order and announced epoch order) and the
-// Hedged store decorator for small objects.
+// cross-file prefetch (directory order and announced epoch order), the
+// decision of which prefetched blocks to push into the kernel's page cache,
+// and the Hedged store decorator for small objects.
 //
 // It does not own the cache tiers (package cache: it only calls Get and Put),
 // the object store itself (package store), directory listings (the fuse layer
-// passes them in through Siblings) or errno mapping (package fuse).
+// passes them in through Siblings), the page cache (the fuse layer stores
+// into it through PageCache) or errno mapping (package fuse).
 //
 // Lock order: Loader.mu -> planner.dirMu -> planner.mu, and Loader.mu ->
 // budget.mu (a prefetch checks, under Loader.mu, that its file is still
-// ahead of the reader). No lock is held across a GET or a cache tier call.
+// ahead of the reader). No lock is held across a GET, a cache tier call or
+// a push into the page cache.
 package prefetch
 
 import (
