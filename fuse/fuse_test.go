@@ -41,8 +41,10 @@ func TestMain(m *testing.M) {
 // this same process reads from. Go registers each opened file with its
 // poller (epoll_ctl), which on a FUSE file waits for the server's answer
 // while holding a P; with GOMAXPROCS at 2 (this machine's cores) two such
-// opens can hold every P and leave none to answer them. dataccel itself
-// never reads its own mount: only tests do.
+// opens can hold every P and leave none to answer them. A stop-the-world
+// needs every P, however many there are: mountCfg also makes sure the
+// kernel has stopped polling the mount (testenv.SettleFUSEPoll). dataccel
+// itself never reads its own mount: only tests do.
 func inProcessMounts() { runtime.GOMAXPROCS(max(16, runtime.NumCPU())) }
 
 // mountT mounts st's prefix on a fresh directory and unmounts at cleanup.
@@ -71,6 +73,9 @@ func mountCfg(t *testing.T, cfg Config) *Mount {
 			t.Error(err)
 		}
 	})
+	if err := testenv.SettleFUSEPoll(m.Dir); err != nil {
+		t.Fatal(err)
+	}
 	return m
 }
 

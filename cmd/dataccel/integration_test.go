@@ -110,6 +110,9 @@ func startMount(t *testing.T, dir string, args ...string) *running {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Cleanup(func() { r.unmount(t) })
+	if err := testenv.SettleFUSEPoll(dir); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 

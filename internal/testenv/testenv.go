@@ -1,6 +1,8 @@
 // Package testenv starts the real S3-compatible server (versitygw, POSIX
 // backend) that tests talk to, on a free loopback port with fresh credentials
-// and a temporary directory, and creates buckets and fixtures in it.
+// and a temporary directory, and creates buckets and fixtures in it. It also
+// settles FUSE polling for tests that read mounts their own process serves
+// (SettleFUSEPoll).
 //
 // It is for tests and the local demo tools (internal/tools). It does not install the server: `make test-deps`
 // (run by `make test`) does; a missing binary is a test failure with a clear
