@@ -62,7 +62,7 @@ type dirState struct {
 	last      string // furthest key opened in the current walk
 	hits      int    // consecutive in-order steps
 	scheduled string // highest key handed to the workers in this walk
-	queued    int    // files queued in this walk (every dirSentinel-th is not pushed)
+	queued    int    // files queued in this walk (every dirSentinel-th keeps its tail)
 	low       string // key the current walk started at
 }
 
@@ -78,12 +78,14 @@ type job struct {
 	epoch int
 	idx   int
 	push  bool // into the kernel's page cache, not only the ready map
+	tail  bool // push all but the last page: its read shows where the reader is
 }
 
 // Pushed files never reach this process again: the reader finds them in the
-// page cache. Every few files in the lead are left to be read through the
-// mount, so that the planner still sees where the readers are and keeps its
-// lead bounded. Directory order must see a step within stepWindow.
+// page cache. Every few files in the lead keep their last page out of it, so
+// that reading them sends a (one-page) READ: the planner still sees where
+// the readers are and keeps its lead bounded. Directory order must see a
+// step within stepWindow.
 const (
 	announcedSentinel = 8 // every 8th file of the announced order
 	dirSentinel       = 4 // every 4th file queued in directory order
@@ -259,7 +261,7 @@ func (p *planner) take() (j job, ok bool) {
 // announcedJob is the job for index i of the announced order. Called with
 // p.mu held.
 func (p *planner) announcedJob(i int) job {
-	return job{obj: p.order[i], epoch: p.epoch, idx: i, push: i%announcedSentinel != announcedSentinel-1}
+	return job{obj: p.order[i], epoch: p.epoch, idx: i, push: true, tail: i%announcedSentinel == announcedSentinel-1}
 }
 
 // nextForHeads picks, for readers spread too far apart for one lead, the
@@ -339,6 +341,9 @@ func (p *planner) fetchFile(j job) {
 	land := landReady
 	if j.push {
 		land = landKernel
+	}
+	if j.tail {
+		land |= landTail
 	}
 	nb := min(l.numBlocks(j.obj), int64(l.opts.FileBlocks))
 	for b := int64(0); b < nb; b++ {
@@ -440,7 +445,7 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		}
 		if o.Key > st.scheduled {
 			st.queued++
-			add = append(add, job{obj: o, idx: -1, push: st.queued%dirSentinel != 0})
+			add = append(add, job{obj: o, idx: -1, push: true, tail: st.queued%dirSentinel == 0})
 			st.scheduled = o.Key
 		}
 	}

@@ -179,13 +179,15 @@ type Loader struct {
 // Where a prefetched block lands once fetched: the ready map (landReady),
 // until a read takes it, or the cache tier only (landCache: the sweep
 // fetches far more than the budget); with landKernel, also the page cache
-// ahead of the reader (PageCache).
+// ahead of the reader (PageCache), but for the file's last page with
+// landTail.
 type landing uint8
 
 const (
 	landReady  landing = 0
 	landCache  landing = 1 << 0
 	landKernel landing = 1 << 1
+	landTail   landing = 1 << 2
 )
 
 // flight is one fetch of one block and, once done, the block itself. It is

@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"errors"
+	"os"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -68,12 +69,17 @@ func (l *Loader) pusher() {
 		select {
 		case p := <-l.pushq:
 			off, _ := l.blockRange(p.f.obj, p.f.key.Block)
-			l.pushed(p.f, p.pc.Store(p.f.obj, off, p.f.data))
+			data, whole := pushedPart(p.f, off)
+			if len(data) == 0 { // a file of one page, left to its read
+				l.pushed(p.f, 0, errNotPushed, false)
+				continue
+			}
+			l.pushed(p.f, len(data), p.pc.Store(p.f.obj, off, data), whole)
 		case <-l.ctx.Done():
 			for {
 				select {
 				case p := <-l.pushq:
-					l.pushed(p.f, errNotPushed)
+					l.pushed(p.f, 0, errNotPushed, false)
 				default:
 					return
 				}
@@ -82,16 +88,30 @@ func (l *Loader) pusher() {
 	}
 }
 
-// pushed ends a push. A block in the page cache leaves the ready map: the
-// reader will find it there (or, if the kernel dropped it, in the cache
-// tier). A failed push leaves it ready, as if it had not been tried.
-func (l *Loader) pushed(f *flight, err error) {
+// pushedPart is what of f's block at offset off goes into the page cache:
+// all of it, or with landTail, all but the file's last page when the block
+// holds it (whole reports the first).
+func pushedPart(f *flight, off int64) (data []byte, whole bool) {
+	end := off + int64(len(f.data))
+	if f.land&landTail == 0 || end < f.obj.Size {
+		return f.data, true
+	}
+	page := int64(os.Getpagesize())
+	keep := (f.obj.Size-1)/page*page - off
+	return f.data[:max(keep, 0)], false
+}
+
+// pushed ends a push. A block wholly in the page cache leaves the ready
+// map: the reader will find it there (or, if the kernel dropped it, in the
+// cache tier). A block pushed but for its tail stays ready for the read of
+// that tail, and a failed push leaves it ready, as if it had not been tried.
+func (l *Loader) pushed(f *flight, n int, err error, whole bool) {
 	var charge int64
 	l.mu.Lock()
 	if err == nil {
 		l.stats.Pushed.Add(1)
-		l.stats.PushedBytes.Add(int64(len(f.data)))
-		if !f.used {
+		l.stats.PushedBytes.Add(int64(n))
+		if !f.used && whole {
 			charge = l.removeReadyLocked(f)
 		}
 	} else if !errors.Is(err, errNotPushed) {

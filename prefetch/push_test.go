@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,13 @@ func (c *fakePageCache) read(obj store.Object) ([]byte, bool) {
 	return b, ok && int64(len(b)) == obj.Size
 }
 
+// held returns how many bytes of the file the page cache holds from 0.
+func (c *fakePageCache) held(obj store.Object) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.files[obj.Key])
+}
+
 func (c *fakePageCache) pushedBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -56,10 +64,11 @@ func (c *fakePageCache) pushedBytes() int64 {
 
 // TestPushAnnounced: files fetched ahead in an announced order go to the
 // page cache, and a reader finds them there without opening them through
-// the loader; every announcedSentinel-th file is left to be read through the
-// loader, which is how the planner still sees the reader and keeps its lead
-// bounded; each file is fetched once; pushed blocks leave the ready map, so
-// the budget is free again once the epoch is read.
+// the loader; every announcedSentinel-th file goes there but for its last
+// page, whose read reaches the loader: that is how the planner still sees
+// the reader and keeps its lead bounded; each file is fetched once; pushed
+// blocks leave the ready map, so the budget is free again once the epoch
+// is read.
 func TestPushAnnounced(t *testing.T) {
 	const n, lead = 160, 8
 	st, order := shuffledEpoch(n)
@@ -72,9 +81,21 @@ func TestPushAnnounced(t *testing.T) {
 	l.SetPageCache(pc)
 	l.Announce(order)
 
-	fromCache, maxAhead := 0, 0
+	fromCache, maxAhead, tails := 0, 0, 0
+	page := os.Getpagesize()
 	for i, obj := range order {
 		maxAhead = max(maxAhead, len(st.countByKey())-i)
+		if i%announcedSentinel == announcedSentinel-1 {
+			// Pushed but for the last page, or not at all if the reader
+			// got there first.
+			switch n := pc.held(obj); n {
+			case 0:
+			case int(obj.Size-1) / page * page:
+				tails++
+			default:
+				t.Fatalf("file %d, a sentinel: %d of %d bytes pushed", i, n, obj.Size)
+			}
+		}
 		got, ok := pc.read(obj)
 		if ok {
 			fromCache++
@@ -93,7 +114,10 @@ func TestPushAnnounced(t *testing.T) {
 		t.Errorf("%d of %d files read from the page cache, want at least half", fromCache, n)
 	}
 	if want := n - n/announcedSentinel; fromCache > want {
-		t.Errorf("%d files read from the page cache, want at most %d: every %dth is left to the reader", fromCache, want, announcedSentinel)
+		t.Errorf("%d files read from the page cache, want at most %d: every %dth keeps its last page", fromCache, want, announcedSentinel)
+	}
+	if tails < n/announcedSentinel/2 {
+		t.Errorf("%d of %d sentinel files pushed but for their last page, want at least half", tails, n/announcedSentinel)
 	}
 	// The planner sees the reader every announcedSentinel files at least.
 	if maxAhead > lead+announcedSentinel {
