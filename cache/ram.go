@@ -90,8 +90,8 @@ func (r *RAM) givenUp(e *ramEntry) {
 	(*v)(e.key, e.data)
 }
 
-// drain calls fn with each block the tier holds, until fn returns false.
-func (r *RAM) drain(fn func(Key, []byte) bool) {
+// drain calls fn with each block the tier holds.
+func (r *RAM) drain(fn func(Key, []byte)) {
 	r.mu.Lock()
 	keys := make([]Key, 0, len(r.held))
 	for k := range r.held {
@@ -99,8 +99,8 @@ func (r *RAM) drain(fn func(Key, []byte) bool) {
 	}
 	r.mu.Unlock()
 	for _, k := range keys {
-		if e, ok := r.c.Get(ramKey(k)); ok && e != nil && e.key == k && !fn(k, e.data) {
-			return
+		if e, ok := r.c.Get(ramKey(k)); ok && e != nil && e.key == k {
+			fn(k, e.data)
 		}
 	}
 }

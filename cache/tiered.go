@@ -13,7 +13,7 @@ import "time"
 // written again.
 type Tiered struct {
 	ram, disk Tier
-	victims   bool // the RAM tier hands its given-up blocks to disk
+	victimRAM *RAM // the RAM tier when it hands its given-up blocks to disk
 }
 
 // toucher is implemented by tiers whose eviction policy wants to hear about
@@ -30,18 +30,24 @@ func NewTiered(ram, disk Tier) *Tiered {
 	t := &Tiered{ram: nilTier(ram), disk: nilTier(disk)}
 	if r, ok := t.ram.(*RAM); ok && t.disk != nil {
 		r.setVictim(t.toDisk)
-		t.victims = true
+		t.victimRAM = r
 	}
 	return t
 }
 
-// toDisk writes a block RAM gave up, unless the disk tier has it already
-// (a block promoted from disk): the check saves a slot in its queue.
+// onDisk reports whether the disk tier holds k (a block promoted from
+// disk), from its index.
+func (t *Tiered) onDisk(k Key) bool {
+	c, ok := t.disk.(container)
+	return ok && c.Contains(k)
+}
+
+// toDisk writes a block RAM gave up, unless the disk tier has it already:
+// the check saves a slot in its queue.
 func (t *Tiered) toDisk(k Key, b []byte) {
-	if c, ok := t.disk.(container); ok && c.Contains(k) {
-		return
+	if !t.onDisk(k) {
+		t.disk.Put(k, b)
 	}
-	t.disk.Put(k, b)
 }
 
 // waiter is a disk tier that can wait for room in its write queue.
@@ -52,21 +58,18 @@ type waiter interface{ putWait(Key, []byte) bool }
 // how many it left (deadline passed, disk tier closed or failing). Call it
 // when the mount ends, before closing the tiers.
 func (t *Tiered) Drain(deadline time.Time) (saved, left int) {
-	r, ok := t.ram.(*RAM)
-	w, wok := t.disk.(waiter)
-	if !t.victims || !ok || !wok {
+	w, ok := t.disk.(waiter)
+	if t.victimRAM == nil || !ok {
 		return 0, 0
 	}
-	r.drain(func(k Key, b []byte) bool {
-		if c, ok := t.disk.(container); ok && c.Contains(k) {
-			return true
-		}
-		if time.Now().After(deadline) || !w.putWait(k, b) {
+	t.victimRAM.drain(func(k Key, b []byte) {
+		switch {
+		case t.onDisk(k):
+		case time.Now().After(deadline) || !w.putWait(k, b):
 			left++
-			return true // count the rest
+		default:
+			saved++
 		}
-		saved++
-		return true
 	})
 	if f, ok := t.disk.(flusher); ok {
 		f.Flush()
@@ -122,7 +125,7 @@ func (t *Tiered) Put(k Key, b []byte) {
 	if t.ram != nil {
 		t.ram.Put(k, b)
 	}
-	if t.disk != nil && !t.victims {
+	if t.disk != nil && t.victimRAM == nil {
 		t.disk.Put(k, b)
 	}
 }

@@ -341,7 +341,7 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		e, ok := dirs[string(keys[it.start:it.slash])].getBytes(keys[it.slash:it.end])
+		e, ok := lookUp(dirs[string(keys[it.start:it.slash])], keys[it.slash:it.end])
 		if !ok || e.dir {
 			bad++
 			continue
@@ -386,7 +386,7 @@ func isCleanRel(p []byte) bool {
 }
 
 // statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.
-// Each read(2) asks for the attributes (timeout 0); a snapshot newer than
+// Each read(2) asks for the attributes (timeout askAgain); a snapshot newer than
 // statsFresh is reused, so the size and the bytes of one read agree, and a
 // new one gets a new mtime, which makes the kernel drop the old pages.
 type statsFile struct {

@@ -29,16 +29,8 @@ type listing struct {
 	at      time.Time
 }
 
-func (l *listing) get(name string) (entry, bool) {
-	i, ok := l.index[name]
-	if !ok {
-		return entry{}, false
-	}
-	return l.entries[i], true
-}
-
-// getBytes is get for a name in bytes, with no string made of it.
-func (l *listing) getBytes(name []byte) (entry, bool) {
+// lookUp returns l's entry for name; a name in bytes makes no string.
+func lookUp[N string | []byte](l *listing, name N) (entry, bool) {
 	i, ok := l.index[string(name)]
 	if !ok {
 		return entry{}, false
@@ -291,7 +283,7 @@ func (ns *namespace) lookup(ctx context.Context, dir, name string) (entry, bool,
 	if err != nil {
 		return entry{}, false, err
 	}
-	e, ok := l.get(name)
+	e, ok := lookUp(l, name)
 	return e, ok, nil
 }
 

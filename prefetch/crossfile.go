@@ -77,7 +77,6 @@ type job struct {
 	obj   store.Object
 	epoch int
 	idx   int
-	push  bool // into the kernel's page cache, not only the ready map
 	tail  bool // push all but the last page: its read shows where the reader is
 }
 
@@ -261,7 +260,7 @@ func (p *planner) take() (j job, ok bool) {
 // announcedJob is the job for index i of the announced order. Called with
 // p.mu held.
 func (p *planner) announcedJob(i int) job {
-	return job{obj: p.order[i], epoch: p.epoch, idx: i, push: true, tail: i%announcedSentinel == announcedSentinel-1}
+	return job{obj: p.order[i], epoch: p.epoch, idx: i, tail: i%announcedSentinel == announcedSentinel-1}
 }
 
 // nextForHeads picks, for readers spread too far apart for one lead, the
@@ -338,10 +337,7 @@ func (p *planner) worker() {
 func (p *planner) fetchFile(j job) {
 	l := p.l
 	wanted := func() bool { return p.relevant(j) }
-	land := landReady
-	if j.push {
-		land = landKernel
-	}
+	land := landKernel // and the ready map
 	if j.tail {
 		land |= landTail
 	}
@@ -445,7 +441,7 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		}
 		if o.Key > st.scheduled {
 			st.queued++
-			add = append(add, job{obj: o, idx: -1, push: true, tail: st.queued%dirSentinel == 0})
+			add = append(add, job{obj: o, idx: -1, tail: st.queued%dirSentinel == 0})
 			st.scheduled = o.Key
 		}
 	}

@@ -789,7 +789,7 @@ func (l *Loader) prefetchFullLocked(hold bool, n int64) bool {
 	return l.pflights >= l.maxPfetch || hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes
 }
 
-// unhold drops a reference taken by startPrefetch with hold.
+// unhold drops a reference taken by startPrefetch with hold, or by a push.
 func (l *Loader) unhold(f *flight) {
 	l.mu.Lock()
 	charge := l.unrefLocked(f)

@@ -1,7 +1,6 @@
 package prefetch
 
 import (
-	"errors"
 	"os"
 
 	"github.com/dataccel/dataccel/store"
@@ -35,9 +34,6 @@ type push struct {
 	pc PageCache
 }
 
-// errNotPushed marks pushes dropped at Close.
-var errNotPushed = errors.New("prefetch: loader closed before the push")
-
 // SetPageCache sets where cross-file prefetch puts the files it fetches
 // ahead of the reader, besides the ready map (nil: nowhere). It does
 // nothing without CrossFile.
@@ -50,7 +46,7 @@ func (l *Loader) SetPageCache(pc PageCache) {
 // pushLocked queues f for the page cache, holding a reference on it until
 // the push ends. A full queue skips the push. Called with l.mu held.
 func (l *Loader) pushLocked(f *flight) {
-	if l.pc == nil || l.closed || l.pushq == nil {
+	if l.pc == nil || l.closed {
 		return
 	}
 	select {
@@ -69,17 +65,16 @@ func (l *Loader) pusher() {
 		select {
 		case p := <-l.pushq:
 			off, _ := l.blockRange(p.f.obj, p.f.key.Block)
-			data, whole := pushedPart(p.f, off)
-			if len(data) == 0 { // a file of one page, left to its read
-				l.pushed(p.f, 0, errNotPushed, false)
-				continue
+			if data := pushedPart(p.f, off); len(data) > 0 {
+				l.pushed(p.f, data, p.pc.Store(p.f.obj, off, data))
+			} else {
+				l.unhold(p.f) // a file of one page, left to its read
 			}
-			l.pushed(p.f, len(data), p.pc.Store(p.f.obj, off, data), whole)
 		case <-l.ctx.Done():
 			for {
 				select {
 				case p := <-l.pushq:
-					l.pushed(p.f, 0, errNotPushed, false)
+					l.unhold(p.f)
 				default:
 					return
 				}
@@ -90,31 +85,29 @@ func (l *Loader) pusher() {
 
 // pushedPart is what of f's block at offset off goes into the page cache:
 // all of it, or with landTail, all but the file's last page when the block
-// holds it (whole reports the first).
-func pushedPart(f *flight, off int64) (data []byte, whole bool) {
-	end := off + int64(len(f.data))
-	if f.land&landTail == 0 || end < f.obj.Size {
-		return f.data, true
+// holds it.
+func pushedPart(f *flight, off int64) []byte {
+	if f.land&landTail == 0 || off+int64(len(f.data)) < f.obj.Size {
+		return f.data
 	}
 	page := int64(os.Getpagesize())
-	keep := (f.obj.Size-1)/page*page - off
-	return f.data[:max(keep, 0)], false
+	return f.data[:max((f.obj.Size-1)/page*page-off, 0)]
 }
 
 // pushed ends a push. A block wholly in the page cache leaves the ready
 // map: the reader will find it there (or, if the kernel dropped it, in the
 // cache tier). A block pushed but for its tail stays ready for the read of
 // that tail, and a failed push leaves it ready, as if it had not been tried.
-func (l *Loader) pushed(f *flight, n int, err error, whole bool) {
+func (l *Loader) pushed(f *flight, data []byte, err error) {
 	var charge int64
 	l.mu.Lock()
 	if err == nil {
 		l.stats.Pushed.Add(1)
-		l.stats.PushedBytes.Add(int64(n))
-		if !f.used && whole {
+		l.stats.PushedBytes.Add(int64(len(data)))
+		if !f.used && len(data) == len(f.data) {
 			charge = l.removeReadyLocked(f)
 		}
-	} else if !errors.Is(err, errNotPushed) {
+	} else {
 		l.stats.PushFailed.Add(1)
 	}
 	charge += l.unrefLocked(f)
@@ -122,7 +115,7 @@ func (l *Loader) pushed(f *flight, n int, err error, whole bool) {
 	if charge > 0 {
 		l.mem.release(charge)
 	}
-	if err != nil && !errors.Is(err, errNotPushed) {
+	if err != nil {
 		l.log.Debug("prefetch: block not pushed to the page cache", "key", f.key.Object, "block", f.key.Block, "err", err)
 	}
 }

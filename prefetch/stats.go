@@ -20,8 +20,8 @@ type Stats struct {
 	PrefetchWasted  atomic.Int64 // prefetched blocks dropped before any read
 	PrefetchSkipped atomic.Int64 // read-ahead skipped for lack of memory budget or slots
 
-	Pushed      atomic.Int64 // prefetched blocks put in the kernel's page cache (PageCache)
-	PushedBytes atomic.Int64 // bytes of those blocks
+	Pushed      atomic.Int64 // prefetched blocks put in the kernel's page cache (PageCache), whole or but for a file's last page
+	PushedBytes atomic.Int64 // bytes put there
 	PushFailed  atomic.Int64 // pushes the page cache refused (file not looked up, unmounted)
 	PushSkipped atomic.Int64 // pushes skipped because the push queue was full
 

@@ -97,9 +97,9 @@ func (s *sweeper) take() (store.Object, bool) {
 	return o, true
 }
 
-// landing says where a file about to be fetched lands: the tier and, while
+// landFor says where a file about to be fetched lands: the tier and, while
 // SweepPushBytes allows, the page cache too.
-func (s *sweeper) landing(obj store.Object) landing {
+func (s *sweeper) landFor(obj store.Object) landing {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pushed+obj.Size > s.l.opts.SweepPushBytes {
@@ -123,7 +123,7 @@ func (s *sweeper) worker() {
 				continue // cached by an earlier epoch or mount: no read, no GET
 			}
 			if land == 0 {
-				land = s.landing(obj)
+				land = s.landFor(obj)
 			}
 			if !l.fetchAhead(obj, b, land, nil) {
 				return // closing

@@ -430,18 +430,15 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		return nil, closeAll, nil
 	}
 	tiered := cache.NewTiered(ram, disk)
-	if ram != nil && disk != nil {
-		// Blocks only RAM holds reach the disk when the mount ends, so the
-		// next one starts warm; within a pod's grace period (30 s by
-		// default), as far as the disk keeps up.
-		closers = append(closers, func() {
-			t0 := time.Now()
-			saved, left := tiered.Drain(t0.Add(drainTimeout))
-			if saved+left > 0 {
-				logger.Info("RAM cache saved to the disk cache", "blocks", saved, "left", left, "seconds", time.Since(t0).Seconds())
-			}
-		})
-	}
+	// Blocks only RAM holds reach the disk when the mount ends, so the next
+	// one starts warm; within a pod's grace period (30 s by default), as
+	// far as the disk keeps up. Runs first: closers run in reverse.
+	closers = append(closers, func() {
+		t0 := time.Now()
+		if saved, left := tiered.Drain(t0.Add(drainTimeout)); saved+left > 0 {
+			logger.Info("RAM cache saved to the disk cache", "blocks", saved, "left", left, "seconds", time.Since(t0).Seconds())
+		}
+	})
 	return tiered, closeAll, nil
 }
 
