@@ -187,8 +187,14 @@ func TestRestartServesFromCache(t *testing.T) {
 			if first["store_requests_get_total"] < int64(len(files)) {
 				t.Fatalf("cold read made %d GETs for %d files", first["store_requests_get_total"], len(files))
 			}
-			if ram != "0" && first["cache_disk_write_bytes_total"] != 0 {
-				t.Errorf("%d bytes written to disk while the dataset fits in RAM", first["cache_disk_write_bytes_total"])
+			// The RAM tier is best effort: under load it may drop a Set, and
+			// the disk tier then takes that block. Writing them all is the bug.
+			total := 0
+			for _, b := range files {
+				total += len(b)
+			}
+			if w := first["cache_disk_write_bytes_total"]; ram != "0" && w > int64(total)/20 {
+				t.Errorf("%d bytes written to disk while the dataset (%d bytes) fits in RAM; want at most 5%%", w, total)
 			}
 			waitManifest(t, cacheDir)
 			m.unmount(t)
