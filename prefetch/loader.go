@@ -706,6 +706,7 @@ func readFull(ctx context.Context, st store.Store, obj store.Object, off, n int6
 	}
 	defer rc.Close()
 	buf := make([]byte, n)
+	prefault(buf)
 	got, err := io.ReadFull(rc, buf)
 	if err != nil {
 		return buf[:got], fmt.Errorf("read body [%d,+%d) after %d bytes: %w", off, n, got, err)

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package prefetch
+
+func prefault([]byte) {}
