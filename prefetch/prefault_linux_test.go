@@ -31,11 +31,15 @@ func TestPrefault(t *testing.T) {
 				prefault(b[1:]) // an unaligned start is rounded up to the next page
 			}
 			var before, after unix.Rusage
-			unix.Getrusage(unix.RUSAGE_THREAD, &before)
+			if err := unix.Getrusage(unix.RUSAGE_THREAD, &before); err != nil {
+				t.Fatal(err)
+			}
 			for i := 4096; i < len(b); i += 4096 {
 				b[i] = 1
 			}
-			unix.Getrusage(unix.RUSAGE_THREAD, &after)
+			if err := unix.Getrusage(unix.RUSAGE_THREAD, &after); err != nil {
+				t.Fatal(err)
+			}
 			if got := after.Minflt - before.Minflt; got < tc.min || got > tc.max {
 				t.Errorf("%d page faults filling %d pages, want %d-%d", got, pages-1, tc.min, tc.max)
 			}
