@@ -185,6 +185,26 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestWarmHelp: warm shares the mount's flag set, but its help lists only
+// the flags warm acts on; the mount-only ones would do nothing there.
+func TestWarmHelp(t *testing.T) {
+	out, err := exec.Command(bin, "warm", "--help").Output()
+	if err != nil {
+		t.Fatalf("warm --help: %v", err)
+	}
+	for _, flag := range []string{"--cache-dir", "--block-size", "--concurrency", "--list", "--endpoint"} {
+		if !strings.Contains(string(out), flag) {
+			t.Errorf("warm --help lacks %s", flag)
+		}
+	}
+	for _, flag := range []string{"--allow-other", "--prefetch-push", "--prefetch-inflight", "--prefetch-memory",
+		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl"} {
+		if strings.Contains(string(out), flag+" ") {
+			t.Errorf("warm --help lists the mount-only flag %s", flag)
+		}
+	}
+}
+
 // TestCredentialsFile reads a profile from an AWS credentials file.
 func TestCredentialsFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "credentials")

@@ -57,7 +57,7 @@ mount, which fills that mount's cache. It exits non-zero and lists what failed.`
 	}
 	f.mount.register(cmd)
 	for _, name := range []string{"allow-other", "uid", "gid", "metadata-ttl", "debug-fuse", "prefetch", "prefetch-memory",
-		"prefetch-list", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight"} {
+		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight"} {
 		cmd.Flags().MarkHidden(name)
 	}
 	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory)")
