@@ -356,14 +356,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644)
 		defer os.Remove(rec)
 	}
-	if f.pprofAddr != "" {
-		go func() {
-			mux := http.NewServeMux()
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			logger.Warn("pprof server stopped", "err", http.ListenAndServe(f.pprofAddr, mux))
-		}()
-	}
+	servePprof(f.pprofAddr, logger)
 	if f.readyFile != "" {
 		if err := os.WriteFile(f.readyFile, []byte(m.Dir+"\n"), 0o644); err != nil {
 			logger.Warn("ready file not written", "path", f.readyFile, "err", err)
@@ -535,4 +528,18 @@ func humanBytes(n int64) string {
 	default:
 		return fmt.Sprintf("%.0fMiB", float64(n)/(1<<20))
 	}
+}
+
+// servePprof serves Go's profiles on addr (none when empty) for the life of
+// the process, for performance work.
+func servePprof(addr string, logger *slog.Logger) {
+	if addr == "" {
+		return
+	}
+	go func() {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		logger.Warn("pprof server stopped", "err", http.ListenAndServe(addr, mux))
+	}()
 }

@@ -49,6 +49,7 @@ mount, which fills that mount's cache. It exits non-zero and lists what failed.`
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			servePprof(f.mount.pprofAddr, logger)
 			if strings.HasPrefix(args[0], "s3://") {
 				return warmStore(cmd.Context(), logger, f, args[0])
 			}
