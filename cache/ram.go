@@ -61,6 +61,13 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 			stats.RAMDropped.Add(1)
 			r.givenUp(it.Value)
 		},
+		// Every value leaving (evicted, refused, replaced, deleted) passes
+		// here once; one whose Set was dropped never entered.
+		OnExit: func(e *ramEntry) {
+			if e != nil {
+				stats.RAMBytes.Add(-int64(len(e.data)))
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new ram cache: %w", err)
@@ -131,7 +138,9 @@ func (r *RAM) Put(k Key, b []byte) {
 		r.held[k] = struct{}{}
 		r.mu.Unlock()
 	}
+	r.stats.RAMBytes.Add(int64(len(b))) // before Set: OnExit may run at once
 	if !r.c.Set(ramKey(k), e, int64(len(b))) {
+		r.stats.RAMBytes.Add(-int64(len(b)))
 		r.stats.RAMDropped.Add(1)
 		r.givenUp(e)
 	}

@@ -11,6 +11,7 @@ type Stats struct {
 	RAMPuts      atomic.Int64
 	RAMDropped   atomic.Int64 // Sets ristretto refused or dropped (best effort)
 	RAMEvictions atomic.Int64
+	RAMBytes     atomic.Int64 // gauge: bytes of blocks the RAM tier holds or is about to
 
 	DiskHits        atomic.Int64
 	DiskMisses      atomic.Int64
@@ -29,7 +30,7 @@ type Stats struct {
 
 // StatsSnapshot is a plain copy of Stats at one moment.
 type StatsSnapshot struct {
-	RAMHits, RAMMisses, RAMPuts, RAMDropped, RAMEvictions int64
+	RAMHits, RAMMisses, RAMPuts, RAMDropped, RAMEvictions, RAMBytes int64
 
 	DiskHits, DiskMisses, DiskReadBytes, DiskWrites, DiskWriteBytes int64
 	DiskRejected, DiskEvictions, DiskCorruptions, DiskErrors        int64
@@ -45,6 +46,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RAMPuts:         s.RAMPuts.Load(),
 		RAMDropped:      s.RAMDropped.Load(),
 		RAMEvictions:    s.RAMEvictions.Load(),
+		RAMBytes:        s.RAMBytes.Load(),
 		DiskHits:        s.DiskHits.Load(),
 		DiskMisses:      s.DiskMisses.Load(),
 		DiskReadBytes:   s.DiskReadBytes.Load(),

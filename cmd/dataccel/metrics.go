@@ -76,6 +76,7 @@ func (s *mountStats) metrics() []metric {
 		{"cache_disk_dropped_total", "disk writes dropped because the write queue was full", &c.DiskDropped, false},
 		{"cache_corruptions_total", "disk cache blocks that failed their checksum", &c.DiskCorruptions, false},
 		{"cache_disk_errors_total", "disk cache I/O errors", &c.DiskErrors, false},
+		{"cache_ram_bytes", "bytes of blocks in the RAM cache", &c.RAMBytes, true},
 		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
 		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
 		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},

@@ -316,6 +316,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	var bgWork sync.WaitGroup
 	stopBG := func() { cancelBG(); bgWork.Wait() } // nothing may write the cache dir after this
 	defer stopBG()
+	bgWork.Go(func() { limitMemory(bg, p.ramBytes, &stats.cache.RAMBytes, logger) })
 	if p.manifestMode == "refresh" && len(preload) > 0 {
 		dirs := make([]string, len(preload))
 		for i, d := range preload {

@@ -1,0 +1,51 @@
+package cache
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestRAMBytes: the RAM tier's byte gauge follows what it holds, through
+// admissions, replacements and evictions.
+func TestRAMBytes(t *testing.T) {
+	const block = 64 << 10
+	stats := new(Stats)
+	r, err := NewRAM(1<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	for i := range 8 {
+		r.Put(testKey("a", int64(i)), bytes.Repeat([]byte{byte(i)}, block))
+	}
+	r.Flush()
+	held := func() (n int64) {
+		for i := range 64 {
+			for _, obj := range []string{"a", "b"} {
+				if b, ok := r.Get(testKey(obj, int64(i))); ok {
+					n += int64(len(b))
+				}
+			}
+		}
+		return n
+	}
+	if got, want := stats.RAMBytes.Load(), held(); got != want || got != 8*block {
+		t.Fatalf("gauge %d after 8 blocks, holding %d; want %d", got, want, 8*block)
+	}
+	r.Put(testKey("a", 0), make([]byte, block/2)) // replaces block 0
+	r.Flush()
+	if got, want := stats.RAMBytes.Load(), held(); got != want {
+		t.Fatalf("gauge %d after a replacement, holding %d", got, want)
+	}
+	for i := range 64 { // 4 MiB through a 1 MiB tier
+		r.Put(testKey("b", int64(i)), make([]byte, block))
+		r.Flush()
+	}
+	got, want := stats.RAMBytes.Load(), held()
+	if got != want || got > 1<<20 {
+		t.Fatalf("gauge %d after overflowing, holding %d (bound %d)", got, want, 1<<20)
+	}
+	if stats.RAMEvictions.Load()+stats.RAMDropped.Load() == 0 {
+		t.Fatal("no block left the tier: the test did not overflow it")
+	}
+}

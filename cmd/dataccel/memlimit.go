@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+)
+
+// memHeadroom is the least the Go heap may grow past the RAM cache before
+// the collector runs: room for blocks in flight, metadata and garbage.
+const memHeadroom = 256 << 20
+
+// memoryLimitFor returns the soft memory limit for a mount with a RAM cache
+// of ram bytes, holding held bytes, whose live heap is live bytes. The
+// default pacing (GOGC=100) lets the heap grow to twice the live heap before
+// collecting, and a full RAM cache is most of the live heap: the process
+// would hold the cache twice over. Only what is not cache (metadata, blocks
+// in flight) gets room to grow, half again its size (like GOGC=50), and at
+// least memHeadroom; the cache gets room to fill up to ram.
+func memoryLimitFor(ram, held, live int64) int64 {
+	other := max(0, live-min(held, ram))
+	return ram + max(memHeadroom, other+other/2)
+}
+
+// limitMemory keeps the runtime's soft memory limit at memoryLimitFor as
+// the live heap changes, until ctx ends. It leaves a limit set with
+// GOMEMLIMIT (the Kubernetes manifests set one from the container's limit)
+// alone.
+func limitMemory(ctx context.Context, ram int64, held *atomic.Int64, logger *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	set := func() int64 {
+		metrics.Read(sample)
+		var live int64
+		if sample[0].Value.Kind() == metrics.KindUint64 {
+			live = int64(sample[0].Value.Uint64())
+		}
+		limit := memoryLimitFor(ram, held.Load(), live)
+		debug.SetMemoryLimit(limit)
+		return limit
+	}
+	logger.Debug("Go memory limit", "bytes", set())
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			set()
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestMemoryLimitFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name            string
+		ram, held, live int64
+		want            int64
+	}{
+		{"empty mount", 1024 * mib, 0, 20 * mib, 1024*mib + memHeadroom},
+		{"cache filling", 1024 * mib, 400 * mib, 450 * mib, 1024*mib + memHeadroom},
+		{"full cache, little else", 1024 * mib, 1024 * mib, 1100 * mib, 1024*mib + memHeadroom},
+		{"full cache, large metadata", 1024 * mib, 1024 * mib, 1624 * mib, 1024*mib + 900*mib},
+		{"cache filling, large metadata", 1024 * mib, 300 * mib, 900 * mib, 1024*mib + 900*mib},
+		{"gauge past the bound", 1024 * mib, 1100 * mib, 1124 * mib, 1024*mib + memHeadroom},
+		{"no RAM cache", 0, 0, 600 * mib, 900 * mib},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := memoryLimitFor(tc.ram, tc.held, tc.live); got != tc.want {
+				t.Errorf("memoryLimitFor(%d MiB, %d MiB, %d MiB) = %d MiB, want %d MiB",
+					tc.ram/mib, tc.held/mib, tc.live/mib, got/mib, tc.want/mib)
+			}
+			// Never at or under the live heap: the collector would run back
+			// to back.
+			if got := memoryLimitFor(tc.ram, tc.held, tc.live); got-tc.live < memHeadroom/3 {
+				t.Errorf("limit %d MiB leaves %d MiB above the live heap, want >= %d MiB", got/mib, (got-tc.live)/mib, memHeadroom/3/mib)
+			}
+		})
+	}
+}
+
+// TestLimitMemory: a mount sets the runtime's memory limit from its RAM
+// cache, unless GOMEMLIMIT says otherwise.
+func TestLimitMemory(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	const ram = 64 << 20
+	var held atomic.Int64
+	for _, env := range []string{"", "3GiB"} {
+		t.Run("GOMEMLIMIT="+env, func(t *testing.T) {
+			t.Setenv("GOMEMLIMIT", env)
+			debug.SetMemoryLimit(prev)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { limitMemory(ctx, ram, &held, slog.New(slog.DiscardHandler)); close(done) }()
+			deadline := time.Now().Add(2 * time.Second)
+			for debug.SetMemoryLimit(-1) == prev && env == "" && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			got := debug.SetMemoryLimit(-1)
+			cancel()
+			<-done
+			switch {
+			case env != "" && got != prev:
+				t.Errorf("limit %d with GOMEMLIMIT set, want it left at %d", got, prev)
+			case env == "" && (got < ram+memHeadroom || got == prev):
+				t.Errorf("limit %d, want at least %d", got, ram+memHeadroom)
+			}
+		})
+	}
+}
