@@ -27,13 +27,14 @@ func memoryLimitFor(ram, held, live int64) int64 {
 }
 
 // limitMemory keeps the runtime's soft memory limit at memoryLimitFor as
-// the live heap changes, until ctx ends. It leaves a limit set with
-// GOMEMLIMIT (the Kubernetes manifests set one from the container's limit)
-// alone.
+// the live heap changes, until ctx ends, and then puts back the limit it
+// found. It leaves a limit set with GOMEMLIMIT (the Kubernetes manifests
+// set one from the container's limit) alone.
 func limitMemory(ctx context.Context, ram int64, held *atomic.Int64, logger *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	set := func() int64 {
 		metrics.Read(sample)

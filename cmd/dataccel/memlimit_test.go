@@ -59,6 +59,9 @@ func TestLimitMemory(t *testing.T) {
 			got := debug.SetMemoryLimit(-1)
 			cancel()
 			<-done
+			if after := debug.SetMemoryLimit(-1); after != prev {
+				t.Errorf("limit %d after the mount ended, want the earlier %d back", after, prev)
+			}
 			switch {
 			case env != "" && got != prev:
 				t.Errorf("limit %d with GOMEMLIMIT set, want it left at %d", got, prev)
