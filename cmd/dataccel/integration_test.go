@@ -196,6 +196,9 @@ func TestRestartServesFromCache(t *testing.T) {
 			if w := first["cache_disk_write_bytes_total"]; ram != "0" && w > int64(total)/20 {
 				t.Errorf("%d bytes written to disk while the dataset (%d bytes) fits in RAM; want at most 5%%", w, total)
 			}
+			if b := first["cache_ram_bytes"]; ram != "0" && (b < int64(total)/2 || b > int64(total)) || ram == "0" && b != 0 {
+				t.Errorf("cache_ram_bytes %d after reading %d bytes with a %s RAM cache", b, total, ram)
+			}
 			waitManifest(t, cacheDir)
 			m.unmount(t)
 
