@@ -3,11 +3,11 @@
 // appended to a few large segment files on local NVMe with direct I/O where
 // the file system allows it, found through an in-memory index rebuilt at
 // open) and a tiered lookup that promotes disk hits to RAM and writes to
-// disk what RAM gives up (and, at Drain, what it still holds). It owns the on-disk cache format (format.go), the disk
-// eviction policy (Policy: a stable resident set that survives reshuffled
-// epochs, where LRU fails), the reclaiming of dead bytes in segments
-// (compaction), the cache counters (Stats) and helpers for the CLI
-// (StatDir, PurgeDir, ParseSize).
+// disk what RAM gives up (and, at Drain, what it still holds). It owns the
+// on-disk cache format (format.go), the disk eviction policy (Policy: a
+// stable resident set that survives reshuffled epochs, where LRU fails), the
+// reclaiming of dead bytes in segments (compaction), the cache counters
+// (Stats) and helpers for the CLI (StatDir, PurgeDir, ParseSize).
 //
 // The cache is best effort: a failure is a miss and a counter, never a failed
 // read. It does not fetch anything and never imports store; callers fill it.

@@ -386,8 +386,8 @@ func isCleanRel(p []byte) bool {
 }
 
 // statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.
-// Each read(2) asks for the attributes (timeout askAgain); a snapshot newer than
-// statsFresh is reused, so the size and the bytes of one read agree, and a
+// Each read(2) asks for the attributes (timeout askAgain); a snapshot newer
+// than statsFresh is reused, so the size and the bytes of one read agree, and a
 // new one gets a new mtime, which makes the kernel drop the old pages.
 type statsFile struct {
 	gofs.Inode

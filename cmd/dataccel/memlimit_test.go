@@ -25,13 +25,14 @@ func TestMemoryLimitFor(t *testing.T) {
 		{"no RAM cache", 0, 0, 600 * mib, 900 * mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := memoryLimitFor(tc.ram, tc.held, tc.live); got != tc.want {
+			got := memoryLimitFor(tc.ram, tc.held, tc.live)
+			if got != tc.want {
 				t.Errorf("memoryLimitFor(%d MiB, %d MiB, %d MiB) = %d MiB, want %d MiB",
 					tc.ram/mib, tc.held/mib, tc.live/mib, got/mib, tc.want/mib)
 			}
 			// Never at or under the live heap: the collector would run back
 			// to back.
-			if got := memoryLimitFor(tc.ram, tc.held, tc.live); got-tc.live < memHeadroom/3 {
+			if got-tc.live < memHeadroom/3 {
 				t.Errorf("limit %d MiB leaves %d MiB above the live heap, want >= %d MiB", got/mib, (got-tc.live)/mib, memHeadroom/3/mib)
 			}
 		})
