@@ -100,6 +100,10 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	}
 	var rng string
 	switch {
+	case off == 0 && n == obj.Size:
+		// The whole object: no Range. Some servers send a whole object
+		// straight from the file (sendfile) and copy any range through
+		// user space, even one that covers it all.
 	case n > 0:
 		rng = "bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+n-1, 10)
 	case off > 0:

@@ -87,3 +87,49 @@ func TestGetAnswers(t *testing.T) {
 		t.Fatalf("another ETag: %v, want ErrChanged", err)
 	}
 }
+
+// TestWholeObjectGetHasNoRange: a read of a whole object is a plain GET
+// (servers may send those with sendfile and copy any range), a read of a
+// part carries its Range.
+func TestWholeObjectGetHasNoRange(t *testing.T) {
+	const object = "0123456789"
+	ranges := make(chan string, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ranges <- r.Header.Get("Range")
+		w.Header().Set("ETag", `"e1"`)
+		http.ServeContent(w, r, "k", time.Time{}, strings.NewReader(object))
+	}))
+	t.Cleanup(srv.Close)
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
+		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
+	for _, tc := range []struct {
+		off, n    int64
+		wantRange string
+	}{
+		{0, 10, ""},
+		{0, 4, "bytes=0-3"},
+		{3, 7, "bytes=3-9"},
+		{3, -1, "bytes=3-"},
+	} {
+		rc, err := st.ReadRange(context.Background(), obj, tc.off, tc.n)
+		if err != nil {
+			t.Fatalf("ReadRange(%d, %d): %v", tc.off, tc.n, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		end := int64(len(object))
+		if tc.n >= 0 {
+			end = tc.off + tc.n
+		}
+		if err != nil || string(b) != object[tc.off:end] {
+			t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", tc.off, tc.n, b, err, object[tc.off:end])
+		}
+		if got := <-ranges; got != tc.wantRange {
+			t.Errorf("ReadRange(%d, %d) sent Range %q, want %q", tc.off, tc.n, got, tc.wantRange)
+		}
+	}
+}
