@@ -342,34 +342,36 @@ func (p *planner) fetchFile(j job) {
 		land |= landTail
 	}
 	nb := min(l.numBlocks(j.obj), int64(l.opts.FileBlocks))
-	for b := int64(0); b < nb; b++ {
-		if !l.fetchAhead(j.obj, b, land, wanted) {
-			return
-		}
+	for b, ok := int64(0), true; b < nb && ok; {
+		b, ok = l.fetchAhead(j.obj, b, nb, land, wanted)
 	}
 }
 
-// fetchAhead prefetches block b of obj and waits for it, waiting for room
-// (budget or a prefetch slot) when there is none: skipping would leave a
-// hole that the reader then waits on. It reports false when the block is no
-// longer wanted or the loader is closing.
-func (l *Loader) fetchAhead(obj store.Object, b int64, land landing, wanted func() bool) bool {
+// fetchAhead prefetches blocks b to end-1 of obj, as one run (one GET) as
+// far as they are missing, and waits for them, waiting for room (budget or
+// a prefetch slot) when there is none: skipping would leave a hole that the
+// reader then waits on. It returns the block after those it fetched or
+// found present, and false when they are no longer wanted or the loader is
+// closing.
+func (l *Loader) fetchAhead(obj store.Object, b, end int64, land landing, wanted func() bool) (int64, bool) {
 	for {
 		if wanted != nil && !wanted() || l.ctx.Err() != nil {
-			return false
+			return b, false
 		}
 		room := l.mem.released()
-		f, res := l.startPrefetch(obj, b, true, land, wanted)
+		run, res := l.startPrefetchRun(obj, b, end, true, land, wanted)
 		switch res {
 		case pfStarted:
 			select {
-			case <-f.done:
+			case <-run[len(run)-1].done:
 			case <-l.ctx.Done():
 			}
-			l.unhold(f)
-			return true
+			for _, f := range run {
+				l.unhold(f)
+			}
+			return b + int64(len(run)), true
 		case pfPresent:
-			return true
+			return b + 1, true
 		}
 		// The slot cap is not signalled by the budget: poll it too.
 		t := time.NewTimer(20 * time.Millisecond)

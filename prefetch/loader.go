@@ -204,6 +204,7 @@ type flight struct {
 	err      error  // set before done is closed
 
 	charge  int64         // guarded by Loader.mu: bytes held in the budget
+	queued  bool          // guarded by Loader.mu: in a run, behind the block its GET reads now
 	refs    int           // guarded by Loader.mu
 	used    bool          // guarded by Loader.mu: a read has taken it
 	elem    *list.Element // guarded by Loader.mu: position in lru while ready
@@ -477,16 +478,26 @@ func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
 // newFlightLocked registers and starts a fetch; the fetch holds one
 // reference. Called with l.mu held.
 func (l *Loader) newFlightLocked(obj store.Object, i, n int64, prefetch bool) *flight {
-	f := &flight{key: key(obj, i), obj: obj, n: n, prefetch: prefetch, done: make(chan struct{}), refs: 1}
+	f := l.registerLocked(obj, i, n, prefetch, false)
+	l.wg.Add(1)
+	go l.run(f)
+	return f
+}
+
+// registerLocked registers a fetch that holds one reference, for the caller
+// to start. A queued block (one of a run, after its first) counts in
+// pbytes only once its run's GET reaches it. Called with l.mu held.
+func (l *Loader) registerLocked(obj store.Object, i, n int64, prefetch, queued bool) *flight {
+	f := &flight{key: key(obj, i), obj: obj, n: n, prefetch: prefetch, queued: queued, done: make(chan struct{}), refs: 1}
 	if prefetch {
 		f.charge = n + blockOverhead // taken by the caller before
 		l.pflights++
-		l.pbytes += n
+		if !queued {
+			l.pbytes += n
+		}
 		l.stats.PrefetchIssued.Add(1)
 	}
 	l.flights[f.key] = f
-	l.wg.Add(1)
-	go l.run(f)
 	return f
 }
 
@@ -612,6 +623,12 @@ func (l *Loader) evictOne(staleOnly bool) bool {
 func (l *Loader) run(f *flight) {
 	defer l.wg.Done()
 	data, err := l.fetchFlight(f)
+	l.finish(f, data, err)
+}
+
+// finish publishes the outcome of f's fetch, files the block (cache tier,
+// ready map, page cache) and drops the fetch's reference.
+func (l *Loader) finish(f *flight, data []byte, err error) {
 	f.data, f.err = data, err
 	close(f.done)
 	// Fill the cache before leaving the flights map, so that a read
@@ -623,7 +640,9 @@ func (l *Loader) run(f *flight) {
 	delete(l.flights, f.key)
 	if f.prefetch {
 		l.pflights--
-		l.pbytes -= f.n
+		if !f.queued {
+			l.pbytes -= f.n
+		}
 		if err == nil && !f.used && f.land&landCache == 0 {
 			l.keepReadyLocked(f)
 			if f.elem == nil {
@@ -686,32 +705,98 @@ func (l *Loader) fetch(ctx context.Context, obj store.Object, i, n int64) ([]byt
 	l.stats.Gets.Add(1)
 	l.stats.Inflight.Add(1)
 	defer l.stats.Inflight.Add(-1)
-	data, err := readFull(ctx, l.st, obj, off, n)
-	l.stats.GetBytes.Add(int64(len(data)))
-	if err != nil {
-		if ctx.Err() != nil { // the loader is closing, not the store failing
-			return nil, fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", obj.Key, i, ErrClosed, err)
-		}
-		l.stats.GetErrors.Add(1)
-		l.log.Debug("prefetch: fetch failed", "key", obj.Key, "block", i, "err", err)
-		return nil, fmt.Errorf("prefetch: fetch %q block %d: %w", obj.Key, i, err)
+	rc, err := l.st.ReadRange(ctx, obj, off, n)
+	var data []byte
+	if err == nil {
+		data, err = readBlock(rc, off, n)
+		rc.Close()
 	}
-	return data, nil
+	return data, l.fetchErr(ctx, obj, i, len(data), err)
 }
 
-func readFull(ctx context.Context, st store.Store, obj store.Object, off, n int64) ([]byte, error) {
-	rc, err := st.ReadRange(ctx, obj, off, n)
-	if err != nil {
-		return nil, err
+// fetchErr counts the bytes a fetch of block i got and wraps its error.
+func (l *Loader) fetchErr(ctx context.Context, obj store.Object, i int64, got int, err error) error {
+	l.stats.GetBytes.Add(int64(got))
+	if err == nil {
+		return nil
 	}
-	defer rc.Close()
+	if ctx.Err() != nil { // the loader is closing, not the store failing
+		return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", obj.Key, i, ErrClosed, err)
+	}
+	l.stats.GetErrors.Add(1)
+	l.log.Debug("prefetch: fetch failed", "key", obj.Key, "block", i, "err", err)
+	return fmt.Errorf("prefetch: fetch %q block %d: %w", obj.Key, i, err)
+}
+
+// readBlock reads the next n bytes of body, those at off of the object, into
+// a block of their own. On error the bytes read so far come with it.
+func readBlock(body io.Reader, off, n int64) ([]byte, error) {
 	buf := make([]byte, n)
 	prefault(buf)
-	got, err := io.ReadFull(rc, buf)
+	got, err := io.ReadFull(body, buf)
 	if err != nil {
 		return buf[:got], fmt.Errorf("read body [%d,+%d) after %d bytes: %w", off, n, got, err)
 	}
 	return buf, nil
+}
+
+// runBlocks fetches the blocks of run, consecutive blocks of one object,
+// with one GET, finishing each as its bytes arrive. A prefetch ahead of
+// the reader fetches a large file's blocks one after the other anyway: one
+// GET instead of one per block saves a round trip and the requests' CPU
+// per block, and a whole object goes as one plain GET, which servers may
+// send straight from the file.
+func (l *Loader) runBlocks(run []*flight) {
+	defer l.wg.Done()
+	ctx := l.ctx
+	first := run[0]
+	err := acquireSlot(ctx, l.pgets)
+	if err == nil {
+		defer func() { <-l.pgets }()
+		if err = acquireSlot(ctx, l.gets); err == nil {
+			defer func() { <-l.gets }()
+		}
+	}
+	if err != nil {
+		err = l.closedErr(first, err)
+		for _, f := range run {
+			l.finish(f, nil, err)
+		}
+		return
+	}
+	obj := first.obj
+	off, _ := l.blockRange(obj, first.key.Block)
+	var total int64
+	for _, f := range run {
+		total += f.n
+	}
+	l.stats.Gets.Add(1)
+	l.stats.Inflight.Add(1)
+	defer l.stats.Inflight.Add(-1)
+	rc, err := l.st.ReadRange(ctx, obj, off, total)
+	if err != nil {
+		err = l.fetchErr(ctx, obj, first.key.Block, 0, err)
+	} else {
+		defer rc.Close()
+	}
+	for _, f := range run {
+		if f.queued {
+			l.mu.Lock()
+			f.queued = false
+			l.pbytes += f.n
+			l.mu.Unlock()
+		}
+		var data []byte
+		if err == nil {
+			data, err = readBlock(rc, off, f.n)
+			err = l.fetchErr(ctx, obj, f.key.Block, len(data), err)
+			off += f.n
+		}
+		if err != nil {
+			data = nil
+		}
+		l.finish(f, data, err)
+	}
 }
 
 // Prefetch outcomes.
@@ -734,6 +819,19 @@ const (
 // ready map (where it would hold budget until read): the sweep fetches far
 // more than the budget, and the tier is where it must land.
 func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landing, wanted func() bool) (*flight, pfResult) {
+	run, res := l.startPrefetchRun(obj, i, i+1, hold, land, wanted)
+	if res != pfStarted {
+		return nil, res
+	}
+	return run[0], res
+}
+
+// startPrefetchRun is startPrefetch for blocks i to end-1 of obj: the blocks
+// after i that are not held, cached or in flight join block i's fetch, up to
+// the first that is or that the budget has no room for, and one GET
+// (runBlocks) fetches them in order. It returns the run's flights in order,
+// each held when hold is set.
+func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
 	k := key(obj, i)
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
@@ -758,6 +856,11 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landin
 		l.stats.PrefetchSkipped.Add(1)
 		return nil, pfNoRoom
 	}
+	// Blocks after i may join the run, up to the first the tier has.
+	last := i + 1
+	for last < end && !l.tierHas(key(obj, last)) {
+		last++
+	}
 	l.mu.Lock()
 	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() {
 		l.mu.Unlock()
@@ -770,16 +873,32 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landin
 		l.stats.PrefetchSkipped.Add(1)
 		return nil, pfNoRoom
 	}
-	f := l.newFlightLocked(obj, i, n, true)
-	f.land = land
 	if l.tier == nil {
-		f.land &^= landCache
+		land &^= landCache
 	}
-	if hold {
-		f.refs++
+	run := []*flight{l.registerLocked(obj, i, n, true, false)}
+	for j := i + 1; j < last && l.pflights < l.maxPfetch; j++ {
+		kj := key(obj, j)
+		_, nj := l.blockRange(obj, j)
+		if l.ready[kj] != nil || l.flights[kj] != nil || !l.mem.tryAcquire(nj+blockOverhead) {
+			break
+		}
+		run = append(run, l.registerLocked(obj, j, nj, true, true))
+	}
+	for _, f := range run {
+		f.land = land
+		if hold {
+			f.refs++
+		}
+	}
+	l.wg.Add(1)
+	if len(run) == 1 {
+		go l.run(run[0])
+	} else {
+		go l.runBlocks(run)
 	}
 	l.mu.Unlock()
-	return f, pfStarted
+	return run, pfStarted
 }
 
 // prefetchFullLocked says whether a prefetch of n more bytes must wait: too

@@ -118,14 +118,16 @@ func (s *sweeper) worker() {
 			return
 		}
 		land := landing(0)
-		for b := int64(0); b < l.numBlocks(obj); b++ {
+		for b, nb := int64(0), l.numBlocks(obj); b < nb; {
 			if l.tierHas(key(obj, b)) {
-				continue // cached by an earlier epoch or mount: no read, no GET
+				b++ // cached by an earlier epoch or mount: no read, no GET
+				continue
 			}
 			if land == 0 {
 				land = s.landFor(obj)
 			}
-			if !l.fetchAhead(obj, b, land, nil) {
+			var ok bool
+			if b, ok = l.fetchAhead(obj, b, nb, land, nil); !ok {
 				return // closing
 			}
 		}

@@ -1,8 +1,12 @@
 package prefetch
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +72,82 @@ func TestSweep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSweepFetchesLargeFileInOneGet: the sweep fetches the blocks of a large
+// file with one GET (the whole object), up to a block the cache has, and
+// every block lands intact; a run that fails leaves nothing behind that a
+// later read would trust.
+func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
+	const block = 64 << 10
+	const size = 5*block + 1234
+	st := newFakeStore()
+	small := addFiles(st, "a", 4, 1000)
+	whole := st.add("a/whole", size)
+	holed := st.add("a/holed", size)   // block 2 is cached already
+	failed := st.add("a/failed", size) // its GET fails
+	objs := append(append([]store.Object(nil), small...), whole, holed, failed)
+	slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+	tier := indexedTier{newMapTier()}
+	tier.Put(key(holed, 2), content(st.seeds[holed.Key], 2*block, block))
+	st.fail = func(obj store.Object) error {
+		if obj.Key == failed.Key {
+			return fmt.Errorf("injected: %w", store.ErrChanged)
+		}
+		return nil
+	}
+	l := newTestLoader(t, st, tier, Options{CrossFile: true, SweepBytes: 1 << 30, BlockSize: block, Workers: 4})
+	l.SetSiblings(dirSiblings{objs: objs})
+	for _, o := range small[:2] {
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "sweep", func() bool {
+		return len(st.getsOf(whole.Key)) >= 1 && len(st.getsOf(holed.Key)) >= 2 && len(st.getsOf(failed.Key)) >= 1 &&
+			tier.Contains(key(whole, 5)) && tier.Contains(key(holed, 5))
+	})
+	type rng struct{ off, n int64 }
+	ranges := func(k string) []rng {
+		var out []rng
+		for _, e := range st.getsOf(k) {
+			out = append(out, rng{e.off, e.n})
+		}
+		slices.SortFunc(out, func(a, b rng) int { return int(a.off - b.off) })
+		return out
+	}
+	if got, want := ranges(whole.Key), []rng{{0, size}}; !slices.Equal(got, want) {
+		t.Errorf("GETs of %s: %v, want %v", whole.Key, got, want)
+	}
+	if got, want := ranges(holed.Key), []rng{{0, 2 * block}, {3 * block, size - 3*block}}; !slices.Equal(got, want) {
+		t.Errorf("GETs of %s: %v, want %v", holed.Key, got, want)
+	}
+	for b := int64(0); b < 6; b++ {
+		if tier.Contains(key(failed, b)) {
+			t.Errorf("block %d of the failed file was cached", b)
+		}
+	}
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	gets := st.gets.Load()
+	for _, o := range []store.Object{whole, holed, failed} {
+		got, err := readAll(context.Background(), l, o, 100<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, st.data(o.Key)) {
+			t.Fatalf("%s: read bytes differ from the object's", o.Key)
+		}
+	}
+	// The failed file is fetched again; the others come from the cache.
+	if g := st.gets.Load() - gets; g < 1 || g > 6 {
+		t.Errorf("GETs for the reads after the sweep: %d, want the failed file's only (1 to 6)", g)
+	}
+	for _, k := range []string{whole.Key, holed.Key} {
+		if n := len(st.getsOf(k)); n != len(ranges(k)) {
+			t.Errorf("%s fetched again", k)
+		}
 	}
 }
