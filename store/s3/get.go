@@ -86,6 +86,21 @@ func hmacSHA256(key []byte, data string) []byte {
 
 const unsignedPayload = "UNSIGNED-PAYLOAD"
 
+// encodePath is s3utils.EncodePath without the regexp it runs on every
+// path first: a path of unreserved characters only (most keys) is its own
+// encoding; any other goes to EncodePath.
+func encodePath(p string) string {
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '_', c == '.', c == '~', c == '/':
+		default:
+			return s3utils.EncodePath(p)
+		}
+	}
+	return p
+}
+
 // get sends GET for obj's bytes [off, off+n) (n < 0: to the end), If-Match
 // its ETag, and returns the body of a 200 or 206 answer.
 func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
@@ -93,7 +108,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	if err != nil {
 		return nil, err
 	}
-	path := s3utils.EncodePath(prefix + obj.Key)
+	path := encodePath(prefix + obj.Key)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return nil, err

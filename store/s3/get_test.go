@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -130,6 +131,18 @@ func TestWholeObjectGetHasNoRange(t *testing.T) {
 		}
 		if got := <-ranges; got != tc.wantRange {
 			t.Errorf("ReadRange(%d, %d) sent Range %q, want %q", tc.off, tc.n, got, tc.wantRange)
+		}
+	}
+}
+
+// TestEncodePath: encodePath encodes every path as s3utils.EncodePath does.
+func TestEncodePath(t *testing.T) {
+	for _, p := range []string{
+		"/bkt/train/n01440764/n01440764_10026.JPEG", "/", "", "/bkt/a b", "/bkt/a+b", "/bkt/50%",
+		"/bkt/ä/ß", "/bkt/x:y", "/bkt/q?x=1", "/bkt/h#1", "/bkt/~user/.hidden_-", "/bkt/日本", "/bkt/\xff",
+	} {
+		if got, want := encodePath(p), s3utils.EncodePath(p); got != want {
+			t.Errorf("encodePath(%q) = %q, want %q", p, got, want)
 		}
 	}
 }
