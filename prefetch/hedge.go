@@ -3,7 +3,6 @@ package prefetch
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -107,96 +106,123 @@ func (h *Hedged) Delay() time.Duration {
 	return h.delay
 }
 
-type attempt struct {
-	body   io.ReadCloser
-	err    error
-	lat    time.Duration
-	hedge  bool
-	cancel context.CancelFunc
-}
-
-// ReadRange implements store.Store.
+// ReadRange implements store.Store. The first attempt runs on the caller's
+// goroutine: most GETs answer before the delay and cost no goroutine, no
+// channel and no duplicate. A duplicate, once the delay passes, runs on its
+// own; if it answers first it cancels the first attempt, whose call then
+// returns and hands over the duplicate's body.
 func (h *Hedged) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
 	whole := off == 0 && (n < 0 || n >= obj.Size)
 	if !whole || obj.Size > h.opts.MaxSize || obj.Size == 0 {
 		return h.Store.ReadRange(ctx, obj, off, n)
 	}
 	h.earn()
-	results := make(chan attempt, 2) // buffered: a loser never blocks
-	var cancels []context.CancelFunc // every attempt's, to stop the losers
-	launch := func(hedge bool) {
-		actx, cancel := context.WithCancel(ctx)
-		cancels = append(cancels, cancel)
-		go func() {
-			t0 := time.Now()
-			body, err := h.firstByte(actx, obj, off, n)
-			results <- attempt{body: body, err: err, lat: time.Since(t0), hedge: hedge, cancel: cancel}
-		}()
+	pctx, pcancel := context.WithCancel(ctx)
+	r := &race{}
+	timer := time.AfterFunc(h.Delay(), func() { h.launch(ctx, r, pcancel, obj, off, n) })
+	t0 := time.Now()
+	body, err := h.firstByte(pctx, obj, off, n)
+	lat := time.Since(t0)
+	timer.Stop()
+
+	r.mu.Lock()
+	r.returned = true
+	dupWon, hedged := r.dupWon, r.dup != nil
+	if !dupWon && err == nil {
+		r.decided = true
 	}
-	launch(false)
-	pending, hedged := 1, false
-	timer := time.NewTimer(h.Delay())
-	defer timer.Stop()
-	var firstErr error
-	for pending > 0 {
-		select {
-		case a := <-results:
-			pending--
-			if a.err == nil {
-				h.record(a.lat)
-				if a.hedge {
-					h.opts.Stats.HedgeWins.Add(1)
-				}
-				if hedged {
-					h.outcome(a.hedge)
-				}
-				// Stop the slower attempt now: its context is the caller's
-				// (a loader's lives as long as the mount).
-				if pending > 0 {
-					cancels[btoi(!a.hedge)]()
-				}
-				h.dropLosers(results, pending)
-				return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
-			}
-			a.cancel()
-			if firstErr == nil {
-				firstErr = a.err
-			}
-			if !hedged {
-				// An error is not slowness: retrying is another decorator's job.
-				return nil, firstErr
-			}
-		case <-timer.C:
-			if !hedged && h.spend() {
-				hedged = true
-				pending++
-				h.opts.Stats.Hedges.Add(1)
-				launch(true)
-			}
-		case <-ctx.Done():
-			h.dropLosers(results, pending)
-			return nil, fmt.Errorf("hedged read %q: %w", obj.Key, ctx.Err())
+	r.mu.Unlock()
+	switch {
+	case dupWon: // the duplicate answered first and cancelled this attempt
+		if body != nil {
+			body.Close()
 		}
+		pcancel()
+		a := <-r.dup
+		h.record(a.lat)
+		h.opts.Stats.HedgeWins.Add(1)
+		h.outcome(true)
+		return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
+	case err == nil:
+		h.record(lat)
+		if hedged {
+			h.outcome(false)
+			r.dcancel()
+			go dropLoser(r.dup)
+		}
+		return &hedgedBody{ReadCloser: body, cancel: pcancel}, nil
 	}
-	return nil, firstErr
+	pcancel()
+	if !hedged {
+		// An error is not slowness: retrying is another decorator's job.
+		return nil, err
+	}
+	// The duplicate is still out (had it answered, it would have won).
+	a := <-r.dup
+	if a.err != nil {
+		a.cancel()
+		return nil, err
+	}
+	r.mu.Lock()
+	r.decided = true
+	r.mu.Unlock()
+	h.record(a.lat)
+	h.opts.Stats.HedgeWins.Add(1)
+	h.outcome(true)
+	return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
 }
 
-// dropLosers closes the attempts still running when they come back. Their
-// contexts derive from the caller's, which the caller ends; cancel each as
-// it returns too.
-func (h *Hedged) dropLosers(results chan attempt, pending int) {
-	if pending == 0 {
+// race is what the first attempt and its duplicate share.
+type race struct {
+	mu       sync.Mutex
+	returned bool               // guarded by mu: the first attempt's call returned
+	decided  bool               // guarded by mu: an attempt's body was taken
+	dupWon   bool               // guarded by mu: the duplicate answered first
+	dup      chan attempt       // guarded by mu until set: the duplicate's outcome (nil: none sent)
+	dcancel  context.CancelFunc // guarded by mu until set
+}
+
+type attempt struct {
+	body   io.ReadCloser
+	err    error
+	lat    time.Duration
+	cancel context.CancelFunc
+}
+
+// launch sends the duplicate, unless the first attempt has returned or the
+// budget is spent. A duplicate that answers while nothing is decided wins:
+// it cancels the first attempt (pcancel) to wake its caller.
+func (h *Hedged) launch(ctx context.Context, r *race, pcancel context.CancelFunc, obj store.Object, off, n int64) {
+	r.mu.Lock()
+	if r.returned || !h.spend() {
+		r.mu.Unlock()
 		return
 	}
+	dctx, dcancel := context.WithCancel(ctx)
+	r.dup, r.dcancel = make(chan attempt, 1), dcancel
+	r.mu.Unlock()
+	h.opts.Stats.Hedges.Add(1)
 	go func() {
-		for range pending {
-			a := <-results
-			if a.body != nil {
-				a.body.Close()
-			}
-			a.cancel()
+		t0 := time.Now()
+		body, err := h.firstByte(dctx, obj, off, n)
+		a := attempt{body: body, err: err, lat: time.Since(t0), cancel: dcancel}
+		r.mu.Lock()
+		if err == nil && !r.decided {
+			r.decided, r.dupWon = true, true
+			pcancel()
 		}
+		r.mu.Unlock()
+		r.dup <- a
 	}()
+}
+
+// dropLoser closes a duplicate that lost once it comes back.
+func dropLoser(dup chan attempt) {
+	a := <-dup
+	if a.body != nil {
+		a.body.Close()
+	}
+	a.cancel()
 }
 
 // firstByte issues the GET and waits for the first byte of the body, which

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,6 +201,106 @@ func TestHedgedBudgetFollowsWins(t *testing.T) {
 			if n < tc.min || n > tc.max {
 				t.Errorf("%d hedges for %d GETs; want %d..%d", n, tc.gets, tc.min, tc.max)
 			}
+		})
+	}
+}
+
+// scripted answers its i-th ReadRange after script[i].delay (or when ctx
+// ends) with script[i].err, or else with the fake store's bytes.
+type scripted struct {
+	*fakeStore
+	mu     sync.Mutex
+	calls  int // guarded by mu
+	script []step
+	open   atomic.Int64 // attempts from call until error or body Close
+}
+
+type step struct {
+	delay time.Duration
+	err   error
+}
+
+func (s *scripted) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	s.mu.Lock()
+	st := s.script[min(s.calls, len(s.script)-1)]
+	s.calls++
+	s.mu.Unlock()
+	s.open.Add(1)
+	t := time.NewTimer(st.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		s.open.Add(-1)
+		return nil, ctx.Err()
+	}
+	if st.err != nil {
+		s.open.Add(-1)
+		return nil, st.err
+	}
+	rc, err := s.fakeStore.ReadRange(ctx, obj, off, n)
+	if err != nil {
+		s.open.Add(-1)
+		return nil, err
+	}
+	return &closeCounter{ReadCloser: rc, open: &s.open}, nil
+}
+
+type closeCounter struct {
+	io.ReadCloser
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *closeCounter) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.ReadCloser.Close()
+}
+
+// TestHedgedRace: whichever attempt answers first is read, the other is
+// cancelled and closed, and an attempt that fails does not hide the other.
+func TestHedgedRace(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		script    []step // the first attempt, then the duplicate (sent at 10 ms)
+		wantErr   error
+		wantWins  int64
+		wantCalls int
+	}{
+		{"first answers, stuck duplicate dropped", []step{{40 * time.Millisecond, nil}, {time.Hour, nil}}, nil, 0, 2},
+		{"duplicate answers first", []step{{time.Hour, nil}, {time.Millisecond, nil}}, nil, 1, 2},
+		{"first fails with the duplicate out", []step{{60 * time.Millisecond, boom}, {100 * time.Millisecond, nil}}, nil, 1, 2},
+		{"both fail", []step{{60 * time.Millisecond, boom}, {time.Millisecond, errors.New("other")}}, boom, 0, 2},
+		{"error before the delay: no duplicate", []step{{time.Millisecond, boom}}, boom, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &scripted{fakeStore: newFakeStore(), script: tc.script}
+			obj := st.add("o", 50<<10)
+			stats := &Stats{}
+			h := NewHedged(st, HedgeOptions{InitialDelay: 10 * time.Millisecond, Stats: stats})
+			start := time.Now()
+			got, err := tryRead(h, obj, 0, obj.Size)
+			if took := time.Since(start); took > 10*time.Second {
+				t.Fatalf("read took %v", took)
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && !bytes.Equal(got, st.data(obj.Key)) {
+				t.Fatal("wrong bytes")
+			}
+			if w := stats.HedgeWins.Load(); w != tc.wantWins {
+				t.Errorf("hedge wins %d, want %d", w, tc.wantWins)
+			}
+			st.mu.Lock()
+			calls := st.calls
+			st.mu.Unlock()
+			if calls != tc.wantCalls {
+				t.Errorf("%d GETs, want %d", calls, tc.wantCalls)
+			}
+			// The loser's GET ends (cancelled) and its body is closed.
+			waitFor(t, "no GET left open", func() bool { return st.open.Load() == 0 })
 		})
 	}
 }
