@@ -85,6 +85,11 @@ type Options struct {
 	// there is one (SetPageCache). Set it to the memory the job can spare
 	// for the dataset (0: none).
 	SweepPushBytes int64
+	// Foreground is the store for the fetches a read waits on (nil: the
+	// loader's). A hedging decorator (Hedged) goes here, not under the
+	// whole loader: prefetch runs ahead of the reader, where a late GET
+	// seldom delays anyone, and hedging costs CPU on every GET it watches.
+	Foreground store.Store
 	// Siblings gives directory listing order; nil disables directory-order
 	// prefetch. It can also be set later with SetSiblings.
 	Siblings Siblings
@@ -215,6 +220,9 @@ type flight struct {
 // Call Close to stop its background work.
 func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	opts = opts.withDefaults()
+	if opts.Foreground == nil {
+		opts.Foreground = st
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Loader{
 		st:        st,
@@ -683,7 +691,11 @@ func (l *Loader) fetchFlight(f *flight) ([]byte, error) {
 		return nil, l.closedErr(f, err)
 	}
 	defer func() { <-l.gets }()
-	return l.fetch(ctx, f.obj, f.key.Block, f.n)
+	st := l.st
+	if !f.prefetch {
+		st = l.opts.Foreground
+	}
+	return l.fetch(ctx, st, f.obj, f.key.Block, f.n)
 }
 
 func (l *Loader) closedErr(f *flight, err error) error {
@@ -699,13 +711,13 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 	}
 }
 
-// fetch GETs block i (n bytes) of obj, pinned to its ETag by the store.
-func (l *Loader) fetch(ctx context.Context, obj store.Object, i, n int64) ([]byte, error) {
+// fetch GETs block i (n bytes) of obj from st, pinned to its ETag by the store.
+func (l *Loader) fetch(ctx context.Context, st store.Store, obj store.Object, i, n int64) ([]byte, error) {
 	off, _ := l.blockRange(obj, i)
 	l.stats.Gets.Add(1)
 	l.stats.Inflight.Add(1)
 	defer l.stats.Inflight.Add(-1)
-	rc, err := l.st.ReadRange(ctx, obj, off, n)
+	rc, err := st.ReadRange(ctx, obj, off, n)
 	var data []byte
 	if err == nil {
 		data, err = readBlock(rc, off, n)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,4 +408,35 @@ func TestGlobalInflightLimit(t *testing.T) {
 		t.Errorf("peak GETs in flight %d, want 2..%d", p, limit)
 	}
 	t.Logf("peak GETs in flight %d (limit %d), GETs %d", st.peak.Load(), limit, stats.Gets.Load())
+}
+
+// storeCalls counts the ReadRange calls that go through it.
+type storeCalls struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (s *storeCalls) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	s.n.Add(1)
+	return s.Store.ReadRange(ctx, obj, off, n)
+}
+
+// TestForegroundStore: a fetch a read waits on goes to Options.Foreground
+// (where hedging sits), prefetch to the loader's store.
+func TestForegroundStore(t *testing.T) {
+	st := newFakeStore()
+	objs := addFiles(st, "d", 8, 1000)
+	fg := &storeCalls{Store: st}
+	l := newTestLoader(t, st, nil, Options{Foreground: fg, CrossFile: true})
+	if _, err := readAll(context.Background(), l, objs[0], 4096); err != nil {
+		t.Fatal(err)
+	}
+	if n := fg.n.Load(); n != 1 {
+		t.Fatalf("foreground GETs %d, want 1 for a read nobody prefetched", n)
+	}
+	l.Announce(objs[1:])
+	waitFor(t, "the announced files", func() bool { return st.gets.Load() == int64(len(objs)) })
+	if n := fg.n.Load(); n != 1 {
+		t.Errorf("foreground GETs %d after prefetch, want still 1", n)
+	}
 }

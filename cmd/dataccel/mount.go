@@ -81,7 +81,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
 	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
-	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first)")
+	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or no progress, for this long")
@@ -245,8 +245,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout,
 		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
 	})
+	foreground := st
 	if f.hedge {
-		st = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})
+		foreground = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})
 	}
 
 	tier, closeCache, err := openCache(f, p, logger, &stats.cache)
@@ -255,6 +256,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	defer closeCache()
 	loader := prefetch.NewLoader(st, tier, prefetch.Options{
+		Foreground:    foreground,
 		BlockSize:     p.blockSize,
 		MaxInflight:   f.maxInflight,
 		MemoryBudget:  p.prefetchMem,
