@@ -55,6 +55,10 @@ type Options struct {
 	PrefetchBytes int64
 	// ReadAhead is the largest read-ahead window in blocks (8).
 	ReadAhead int
+	// StreamAt: a file of 2 to ReadAhead blocks whose first read starts at
+	// offset 0 while at least this many GETs are in flight is fetched with
+	// one GET, its blocks in order (8; negative: never).
+	StreamAt int
 	// CrossFile turns on prefetch of the next files (directory or announced order).
 	CrossFile bool
 	// FileLead and ByteLead bound how far cross-file prefetch runs ahead of
@@ -115,6 +119,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadAhead <= 0 {
 		o.ReadAhead = 8
+	}
+	if o.StreamAt == 0 {
+		o.StreamAt = 8
 	}
 	if o.FileLead <= 0 {
 		o.FileLead = 256

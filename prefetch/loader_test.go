@@ -440,3 +440,56 @@ func TestForegroundStore(t *testing.T) {
 		t.Errorf("foreground GETs %d after prefetch, want still 1", n)
 	}
 }
+
+// TestStreamWhenBusy: a file of a few blocks read from its start while
+// the loader has StreamAt GETs in flight is fetched with one GET of the
+// whole object; on an idle loader, with streaming off, or for a file larger
+// than the read-ahead window, block by block.
+func TestStreamWhenBusy(t *testing.T) {
+	const block = 64 << 10
+	for _, tc := range []struct {
+		name       string
+		streamAt   int
+		readAhead  int
+		busy       bool
+		wantStream bool
+	}{
+		{"busy", 1, 8, true, true},
+		{"idle", 1, 8, false, false},
+		{"busy, streaming off", -1, 8, true, false},
+		{"busy, larger than the read-ahead window", 1, 4, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			big := st.add("d/big", 5*block+777)
+			slow := st.add("d/slow", 100)
+			st.latency = func(key string) time.Duration {
+				if key == slow.Key {
+					return time.Hour // until the loader closes
+				}
+				return 0
+			}
+			stats := &Stats{}
+			l := newTestLoader(t, st, nil, Options{BlockSize: block, StreamAt: tc.streamAt, ReadAhead: tc.readAhead, Stats: stats})
+			if tc.busy {
+				ctx, cancel := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				t.Cleanup(func() { cancel(); wg.Wait() })
+				wg.Go(func() { readAll(ctx, l, slow, 100) })
+				waitFor(t, "a GET in flight", func() bool { return stats.Inflight.Load() >= 1 })
+			}
+			got, err := readAll(context.Background(), l, big, 128<<10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, st.data(big.Key)) {
+				t.Fatal("read bytes differ from the object's")
+			}
+			gets := st.getsOf(big.Key)
+			streamed := len(gets) == 1 && gets[0].off == 0 && gets[0].n == big.Size
+			if streamed != tc.wantStream {
+				t.Errorf("GETs %v: streamed %v, want %v", gets, streamed, tc.wantStream)
+			}
+		})
+	}
+}

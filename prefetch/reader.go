@@ -28,6 +28,7 @@ type reader struct {
 	next   int64 // guarded by mu: offset just after the last read
 	window int   // guarded by mu: read-ahead window, in blocks
 	issued int64 // guarded by mu: last block read-ahead has covered
+	begun  bool  // guarded by mu: a read has come (see stream)
 	closed bool  // guarded by mu
 }
 
@@ -43,6 +44,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	l := r.l
+	r.stream(off)
 	end := min(off+int64(len(p)), r.obj.Size)
 	first, last := l.blockOf(r.obj, off), l.blockOf(r.obj, end-1)
 
@@ -83,6 +85,7 @@ func (r *reader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, err
 	if err := r.usable(ctx, off, len(p)); err != nil {
 		return nil, err
 	}
+	r.stream(off)
 	b := l.blockOf(r.obj, off)
 	r.readAhead(off, end, b)
 	data, err := r.piece(ctx, b, off, end)
@@ -112,6 +115,30 @@ func (r *reader) usable(ctx context.Context, off int64, n int) error {
 		return fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
 	}
 	return nil
+}
+
+// stream fetches a large file of up to ReadAhead blocks with one GET (a run
+// of all its blocks, as the sweep does) when its first read starts at
+// offset 0 while the loader is busy: with StreamAt GETs in flight the link has parallelism to spare, and
+// one GET per block would only cost requests (and servers that send a whole
+// object straight from the file copy ranges). A sequential reader reads the
+// blocks in the order they arrive. An idle loader keeps fetching block by
+// block, in parallel, which is what gives a lone reader its bandwidth.
+func (r *reader) stream(off int64) {
+	r.mu.Lock()
+	first := !r.begun
+	r.begun = true
+	r.mu.Unlock()
+	l := r.l
+	if !first || off != 0 || l.opts.StreamAt < 0 || l.stats.Inflight.Load() < int64(l.opts.StreamAt) {
+		return
+	}
+	// Up to a full read-ahead window: what a sequential reader would have
+	// in flight soon anyway, and a bound on what a reader that stops early
+	// (a format sniffer) makes the loader fetch.
+	if nb := l.numBlocks(r.obj); nb > 1 && nb <= int64(l.opts.ReadAhead) {
+		l.startPrefetchRun(r.obj, 0, nb, false, landReady, nil)
+	}
 }
 
 // piece waits for block b and returns its bytes within [off, end), as a
