@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,14 +170,20 @@ func (s *Server) NewBucket(t testing.TB) *s3.Store {
 	return st
 }
 
-// Put uploads data under key and fails the test on error.
+// Put uploads data under key and fails the test on error. A PUT that meets
+// a connection the server has just closed (broken pipe, reset) is sent again:
+// net/http does not replay a PUT on its own, and tests are not about that.
 func Put(t testing.TB, st *s3.Store, key string, data []byte) store.Object {
 	t.Helper()
-	obj, err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		obj, err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)))
+		if err == nil {
+			return obj
+		}
+		if attempt == 3 || !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatal(err)
+		}
 	}
-	return obj
 }
 
 // FreePort asks the kernel for an unused loopback TCP port.
