@@ -23,7 +23,9 @@ import (
 
 // GETs are built and signed here (SigV4, unsigned payload, the signing key
 // kept for the day) rather than by minio-go, whose request building and
-// signing cost about as much client CPU as the rest of a small GET. How the
+// signing cost about as much client CPU as the rest of a small GET, and
+// sent on connections of our own (wire), not through net/http's Transport,
+// for the same reason. How the
 // bucket is addressed (path or virtual host) and the region are learned
 // once from a URL minio-go presigns, so both paths address the same URL.
 
@@ -32,7 +34,8 @@ type getter struct {
 	presigner *minio.Client
 	creds     *credentials.Credentials // nil: anonymous
 	bucket    string
-	http      *http.Client
+	http      *http.Client // credentials, and GETs through a proxy
+	wire      *wire        // GETs
 
 	mu     sync.Mutex
 	base   string // guarded by mu; scheme://host, "" until learned
@@ -142,7 +145,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 			g.sign(req, v, region, path, match, rng, unsignedPayload, time.Now())
 		}
 	}
-	resp, err := g.http.Do(req)
+	resp, err := g.wire.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.ListParallel = 8
 	}
 	hc := &http.Client{Transport: transport}
-	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc}
+	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc, wire: newWire(cfg.MaxConns, hc)}
 	if cfg.Credentials.AccessKey != "" {
 		get.creds = creds
 	}
