@@ -138,11 +138,7 @@ func (h *Hedged) ReadRange(ctx context.Context, obj store.Object, off, n int64) 
 			body.Close()
 		}
 		pcancel()
-		a := <-r.dup
-		h.record(a.lat)
-		h.opts.Stats.HedgeWins.Add(1)
-		h.outcome(true)
-		return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
+		return h.dupWon(<-r.dup), nil
 	case err == nil:
 		h.record(lat)
 		if hedged {
@@ -166,10 +162,15 @@ func (h *Hedged) ReadRange(ctx context.Context, obj store.Object, off, n int64) 
 	r.mu.Lock()
 	r.decided = true
 	r.mu.Unlock()
+	return h.dupWon(a), nil
+}
+
+// dupWon records that the duplicate a answered first and returns its body.
+func (h *Hedged) dupWon(a attempt) io.ReadCloser {
 	h.record(a.lat)
 	h.opts.Stats.HedgeWins.Add(1)
 	h.outcome(true)
-	return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}, nil
+	return &hedgedBody{ReadCloser: a.body, cancel: a.cancel}
 }
 
 // race is what the first attempt and its duplicate share.

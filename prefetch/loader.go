@@ -444,7 +444,7 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 			return handle{f: f}, nil
 		}
 		if looked == 2 || looked == 1 && !l.tierHas(k) {
-			f := l.newFlightLocked(obj, i, n, false)
+			f := l.newReadFlightLocked(obj, i, n)
 			f.refs++ // the reader's
 			f.used = true
 			l.mu.Unlock()
@@ -490,12 +490,12 @@ func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
 	return data, true
 }
 
-// newFlightLocked registers and starts a fetch; the fetch holds one
-// reference. Called with l.mu held.
-func (l *Loader) newFlightLocked(obj store.Object, i, n int64, prefetch bool) *flight {
-	f := l.registerLocked(obj, i, n, prefetch, false)
+// newReadFlightLocked registers and starts the fetch of a block a read
+// waits on; the fetch holds one reference. Called with l.mu held.
+func (l *Loader) newReadFlightLocked(obj store.Object, i, n int64) *flight {
+	f := l.registerLocked(obj, i, n, false, false)
 	l.wg.Add(1)
-	go l.run(f)
+	go l.runRead(f)
 	return f
 }
 
@@ -634,11 +634,48 @@ func (l *Loader) evictOne(staleOnly bool) bool {
 	return true
 }
 
-// run performs one fetch on the loader's context.
-func (l *Loader) run(f *flight) {
+// runRead fetches a block a read waits on, on the loader's context, from
+// the Foreground store. It waits for room in the budget; evicting ready
+// blocks first guarantees progress (see budget.acquire).
+func (l *Loader) runRead(f *flight) {
 	defer l.wg.Done()
-	data, err := l.fetchFlight(f)
-	l.finish(f, data, err)
+	ctx := l.ctx
+	n := f.n + blockOverhead
+	if err := l.mem.acquire(ctx, n, func() bool { return l.evictOne(false) }); err != nil {
+		l.finish(f, nil, l.closedErr(f, err))
+		return
+	}
+	l.mu.Lock()
+	f.charge = n
+	l.mu.Unlock()
+	if err := acquireSlot(ctx, l.gets); err != nil {
+		l.finish(f, nil, l.closedErr(f, err))
+		return
+	}
+	defer func() { <-l.gets }()
+	l.fetchRun(ctx, l.opts.Foreground, []*flight{f})
+}
+
+// runBlocks fetches a prefetch run (startPrefetchRun) once it has a
+// prefetch slot and a GET slot.
+func (l *Loader) runBlocks(run []*flight) {
+	defer l.wg.Done()
+	ctx := l.ctx
+	err := acquireSlot(ctx, l.pgets)
+	if err == nil {
+		defer func() { <-l.pgets }()
+		if err = acquireSlot(ctx, l.gets); err == nil {
+			defer func() { <-l.gets }()
+		}
+	}
+	if err != nil {
+		err = l.closedErr(run[0], err)
+		for _, f := range run {
+			l.finish(f, nil, err)
+		}
+		return
+	}
+	l.fetchRun(ctx, l.st, run)
 }
 
 // finish publishes the outcome of f's fetch, files the block (cache tier,
@@ -675,36 +712,6 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	}
 }
 
-func (l *Loader) fetchFlight(f *flight) ([]byte, error) {
-	ctx := l.ctx
-	if !f.prefetch {
-		// A read's fetch waits for room; evicting ready blocks first
-		// guarantees progress (see budget.acquire).
-		n := f.n + blockOverhead
-		if err := l.mem.acquire(ctx, n, func() bool { return l.evictOne(false) }); err != nil {
-			return nil, l.closedErr(f, err)
-		}
-		l.mu.Lock()
-		f.charge = n
-		l.mu.Unlock()
-	}
-	if f.prefetch {
-		if err := acquireSlot(ctx, l.pgets); err != nil {
-			return nil, l.closedErr(f, err)
-		}
-		defer func() { <-l.pgets }()
-	}
-	if err := acquireSlot(ctx, l.gets); err != nil {
-		return nil, l.closedErr(f, err)
-	}
-	defer func() { <-l.gets }()
-	st := l.st
-	if !f.prefetch {
-		st = l.opts.Foreground
-	}
-	return l.fetch(ctx, st, f.obj, f.key.Block, f.n)
-}
-
 func (l *Loader) closedErr(f *flight, err error) error {
 	return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", f.key.Object, f.key.Block, ErrClosed, err)
 }
@@ -716,21 +723,6 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// fetch GETs block i (n bytes) of obj from st, pinned to its ETag by the store.
-func (l *Loader) fetch(ctx context.Context, st store.Store, obj store.Object, i, n int64) ([]byte, error) {
-	off, _ := l.blockRange(obj, i)
-	l.stats.Gets.Add(1)
-	l.stats.Inflight.Add(1)
-	defer l.stats.Inflight.Add(-1)
-	rc, err := st.ReadRange(ctx, obj, off, n)
-	var data []byte
-	if err == nil {
-		data, err = readBlock(rc, off, n)
-		rc.Close()
-	}
-	return data, l.fetchErr(ctx, obj, i, len(data), err)
 }
 
 // fetchErr counts the bytes a fetch of block i got and wraps its error.
@@ -759,32 +751,15 @@ func readBlock(body io.Reader, off, n int64) ([]byte, error) {
 	return buf, nil
 }
 
-// runBlocks fetches the blocks of run, consecutive blocks of one object,
-// with one GET, finishing each as its bytes arrive. A prefetch ahead of
-// the reader fetches a large file's blocks one after the other anyway: one
-// GET instead of one per block saves a round trip and the requests' CPU
-// per block, and a whole object goes as one plain GET, which servers may
-// send straight from the file.
-func (l *Loader) runBlocks(run []*flight) {
-	defer l.wg.Done()
-	ctx := l.ctx
-	first := run[0]
-	err := acquireSlot(ctx, l.pgets)
-	if err == nil {
-		defer func() { <-l.pgets }()
-		if err = acquireSlot(ctx, l.gets); err == nil {
-			defer func() { <-l.gets }()
-		}
-	}
-	if err != nil {
-		err = l.closedErr(first, err)
-		for _, f := range run {
-			l.finish(f, nil, err)
-		}
-		return
-	}
-	obj := first.obj
-	off, _ := l.blockRange(obj, first.key.Block)
+// fetchRun fetches run, consecutive blocks of one object, from st with one
+// GET, pinned to the object's ETag by the store, and finishes each block as
+// its bytes arrive. Prefetch ahead of the reader fetches a large file's
+// blocks one after the other anyway: one GET instead of one per block saves
+// a round trip and the requests' CPU per block, and a whole object goes as
+// one plain GET, which servers may send straight from the file.
+func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
+	obj := run[0].obj
+	off, _ := l.blockRange(obj, run[0].key.Block)
 	var total int64
 	for _, f := range run {
 		total += f.n
@@ -792,13 +767,11 @@ func (l *Loader) runBlocks(run []*flight) {
 	l.stats.Gets.Add(1)
 	l.stats.Inflight.Add(1)
 	defer l.stats.Inflight.Add(-1)
-	rc, err := l.st.ReadRange(ctx, obj, off, total)
+	rc, err := st.ReadRange(ctx, obj, off, total)
 	if err != nil {
-		err = l.fetchErr(ctx, obj, first.key.Block, 0, err)
-	} else {
-		defer rc.Close()
+		err = l.fetchErr(ctx, obj, run[0].key.Block, 0, err)
 	}
-	for _, f := range run {
+	for i, f := range run {
 		if f.queued {
 			l.mu.Lock()
 			f.queued = false
@@ -810,6 +783,9 @@ func (l *Loader) runBlocks(run []*flight) {
 			data, err = readBlock(rc, off, f.n)
 			err = l.fetchErr(ctx, obj, f.key.Block, len(data), err)
 			off += f.n
+			if err != nil || i == len(run)-1 {
+				rc.Close() // before filing the block: the connection is free
+			}
 		}
 		if err != nil {
 			data = nil
@@ -911,11 +887,7 @@ func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, lan
 		}
 	}
 	l.wg.Add(1)
-	if len(run) == 1 {
-		go l.run(run[0])
-	} else {
-		go l.runBlocks(run)
-	}
+	go l.runBlocks(run)
 	l.mu.Unlock()
 	return run, pfStarted
 }

@@ -9,8 +9,9 @@ import (
 // prefault maps the pages of a fresh block buffer in one system call
 // before the socket read fills it: touched one by one, each 4 KiB page
 // costs a trap into the kernel (the zeroing and accounting of the pages
-// remain either way; bench/RESULTS.md has the measurement). Best effort: a kernel without MADV_POPULATE_WRITE (before 5.14) faults
-// the pages in as the read touches them.
+// remain either way; bench/RESULTS.md has the measurement). Best effort: a
+// kernel without MADV_POPULATE_WRITE (before 5.14) faults the pages in as
+// the read touches them.
 func prefault(b []byte) {
 	const page = 4096
 	if len(b) < 16*page {

@@ -119,11 +119,12 @@ func (r *reader) usable(ctx context.Context, off int64, n int) error {
 
 // stream fetches a large file of up to ReadAhead blocks with one GET (a run
 // of all its blocks, as the sweep does) when its first read starts at
-// offset 0 while the loader is busy: with StreamAt GETs in flight the link has parallelism to spare, and
-// one GET per block would only cost requests (and servers that send a whole
-// object straight from the file copy ranges). A sequential reader reads the
-// blocks in the order they arrive. An idle loader keeps fetching block by
-// block, in parallel, which is what gives a lone reader its bandwidth.
+// offset 0 while the loader is busy: with StreamAt GETs in flight the link
+// has parallelism to spare, and one GET per block would only cost requests
+// (and servers that send a whole object straight from the file copy
+// ranges). A sequential reader reads the blocks in the order they arrive.
+// An idle loader keeps fetching block by block, in parallel, which is what
+// gives a lone reader its bandwidth.
 func (r *reader) stream(off int64) {
 	r.mu.Lock()
 	first := !r.begun

@@ -25,9 +25,9 @@ import (
 // kept for the day) rather than by minio-go, whose request building and
 // signing cost about as much client CPU as the rest of a small GET, and
 // sent on connections of our own (wire), not through net/http's Transport,
-// for the same reason. How the
-// bucket is addressed (path or virtual host) and the region are learned
-// once from a URL minio-go presigns, so both paths address the same URL.
+// for the same reason. How the bucket is addressed (path or virtual host)
+// and the region are learned once from a URL minio-go presigns, so both
+// paths address the same URL.
 
 // getter sends GETs for one bucket.
 type getter struct {
