@@ -100,9 +100,15 @@ func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Cont
 			r.opts.Stats.Retries.Add(1)
 			backoff := r.opts.BaseDelay << min(attempt-1, 20)
 			backoff = rand.N(min(backoff, r.opts.MaxDelay)) + time.Millisecond
-			if time.Now().Add(backoff).After(deadline) {
+			// A backoff past the deadline is cut short, not skipped: the
+			// last attempt comes at the deadline, so a store that is back
+			// by then is still reached (giving up at the first long draw
+			// could end the retries well before IOTimeout).
+			left := time.Until(deadline)
+			if left <= 0 {
 				break
 			}
+			backoff = min(backoff, left)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -161,3 +161,33 @@ func TestFinalErrors(t *testing.T) {
 		t.Fatalf("%d retries of final errors", stats.Retries.Load())
 	}
 }
+
+// backAt fails every Stat with a retryable error until its time comes.
+type backAt struct {
+	store.Store
+	at time.Time
+}
+
+func (b backAt) Stat(ctx context.Context, key string) (store.Object, error) {
+	if time.Now().Before(b.at) {
+		return store.Object{}, errors.New("connection refused")
+	}
+	return store.Object{Key: key}, nil
+}
+
+// TestRetriesUntilIOTimeout: backoffs longer than the time left are cut to
+// it, so the last attempt comes at the deadline and finds a store that came
+// back before it (a long draw used to end the retries early).
+func TestRetriesUntilIOTimeout(t *testing.T) {
+	const ioTimeout = 300 * time.Millisecond
+	st := store.NewRetrying(backAt{at: time.Now().Add(ioTimeout / 2)}, store.RetryOptions{
+		BaseDelay: 10 * time.Second, MaxDelay: 10 * time.Second, IOTimeout: ioTimeout, Attempts: 1000,
+	})
+	start := time.Now()
+	if _, err := st.Stat(context.Background(), "k"); err != nil {
+		t.Fatalf("Stat of a store back within the io timeout: %v", err)
+	}
+	if took := time.Since(start); took > ioTimeout+time.Second {
+		t.Errorf("Stat took %v, want about %v", took, ioTimeout)
+	}
+}
