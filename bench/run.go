@@ -615,9 +615,17 @@ func (a *announcer) announce(files []File, order []int) error {
 	if err != nil {
 		return err
 	}
+	// The names are clean paths relative to the bench directory: joined by
+	// hand, as filepath.Join would, without a string per line.
+	dir := ""
+	if rel != "." {
+		dir = filepath.ToSlash(rel) + "/"
+	}
 	var b strings.Builder
+	b.Grow(len(order) * (len(dir) + 32))
 	for _, i := range order {
-		b.WriteString(filepath.ToSlash(filepath.Join(rel, files[i].Name)))
+		b.WriteString(dir)
+		b.WriteString(files[i].Name) // "/"-separated already
 		b.WriteByte('\n')
 	}
 	f, err := os.OpenFile(a.ctl, os.O_WRONLY|os.O_TRUNC, 0)

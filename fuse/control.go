@@ -263,17 +263,24 @@ func (f *FS) Announce(ctx context.Context, paths []byte) error {
 // resolve turns mount-relative paths into objects, listing each directory
 // at most once (in parallel). Unknown or unsafe paths are skipped and
 // counted in one warning. An epoch's list is long (1.28M lines for
-// ImageNet), so the keys go into one buffer and are looked up without a
-// string per line.
+// ImageNet): a clean line (as a generated list has) is looked up where it
+// lies in data, with no string or copy per line, and its directory is
+// looked up only when it differs from the line before.
 func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
-	// A path's key is keys[start:end], its directory keys[start:slash].
-	// Cleaning never lengthens a line, so keys never grows.
-	type item struct{ start, slash, end int }
-	lines := bytes.Count(data, []byte{'\n'}) + 1
-	keys := make([]byte, 0, len(data)+lines*len(f.cfg.Prefix))
-	items := make([]item, 0, lines)
+	type item struct {
+		dir  int    // index in dirs
+		name []byte // in data, or in a copy for a line that needed cleaning
+	}
+	type dirListing struct {
+		key string // prefix + directory, ending in "/" (or the prefix alone)
+		l   *listing
+	}
+	items := make([]item, 0, bytes.Count(data, []byte{'\n'})+1)
+	var dirs []dirListing
+	dirIndex := map[string]int{}     // directory without the prefix -> index in dirs
+	last, lastDir := -1, []byte(nil) // the directory of the line before
+	var cleaned []byte
 	bad := 0
-	dirs := map[string]*listing{} // filled after all lines are read
 	controlDir := []byte(ControlDir + "/")
 	for n := 0; len(data) > 0; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
@@ -293,44 +300,40 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 			bad++ // longer than any key of the store
 			continue
 		}
-		start := len(keys)
-		keys = append(keys, f.cfg.Prefix...)
-		keys = appendCleanRel(keys, line) // rooted: ".." cannot climb out
-		p := keys[start+len(f.cfg.Prefix):]
+		p := line
+		if !isCleanRel(p) {
+			start := len(cleaned)
+			cleaned = appendCleanRel(cleaned, p) // rooted: ".." cannot climb out
+			p = cleaned[start:len(cleaned):len(cleaned)]
+		}
 		if len(p) == 0 || bytes.HasPrefix(p, controlDir) {
 			bad++
-			keys = keys[:start]
 			continue
 		}
-		slash := start + bytes.LastIndexByte(keys[start:], '/') + 1
-		if _, ok := dirs[string(keys[start:slash])]; !ok {
-			dirs[string(keys[start:slash])] = nil
+		slash := bytes.LastIndexByte(p, '/') + 1
+		if dir := p[:slash]; last < 0 || !bytes.Equal(dir, lastDir) {
+			d, ok := dirIndex[string(dir)]
+			if !ok {
+				d = len(dirs)
+				dirIndex[string(dir)] = d
+				dirs = append(dirs, dirListing{key: f.cfg.Prefix + string(dir)})
+			}
+			last, lastDir = d, dir
 		}
-		items = append(items, item{start, slash, len(keys)})
+		items = append(items, item{dir: last, name: p[slash:]})
 	}
 	// Directories listed already (the job walked the tree) need no
 	// goroutine; the others are listed in parallel.
-	var names []string
-	for dir := range dirs {
-		if l := f.ns.cached(dir); l != nil {
-			dirs[dir] = l
-		} else {
-			names = append(names, dir)
-		}
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	var mu sync.Mutex
-	for _, dir := range names {
+	for i := range dirs {
+		if dirs[i].l = f.ns.cached(dirs[i].key); dirs[i].l != nil {
+			continue
+		}
 		g.Go(func() error {
-			l, err := f.ns.list(gctx, dir)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			dirs[dir] = l
-			mu.Unlock()
-			return nil
+			l, err := f.ns.list(gctx, dirs[i].key)
+			dirs[i].l = l // each goroutine writes its own element
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -341,7 +344,7 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		e, ok := lookUp(dirs[string(keys[it.start:it.slash])], keys[it.slash:it.end])
+		e, ok := lookUp(dirs[it.dir].l, it.name)
 		if !ok || e.dir {
 			bad++
 			continue
@@ -371,18 +374,20 @@ func isCleanRel(p []byte) bool {
 	if len(p) == 0 || p[0] == '/' || p[len(p)-1] == '/' {
 		return false
 	}
-	elem := 0 // start of the current element
-	for i := 0; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			continue
+	for {
+		i := bytes.IndexByte(p, '/')
+		elem := p
+		if i >= 0 {
+			elem = p[:i]
 		}
-		switch string(p[elem:i]) {
-		case "", ".", "..":
+		if len(elem) == 0 || elem[0] == '.' && (len(elem) == 1 || len(elem) == 2 && elem[1] == '.') {
 			return false
 		}
-		elem = i + 1
+		if i < 0 {
+			return true
+		}
+		p = p[i+1:]
 	}
-	return true
 }
 
 // statsFile is MOUNT/.dataccel/stats: a JSON snapshot of the counters.

@@ -372,3 +372,24 @@ func TestStatsFresh(t *testing.T) {
 		t.Fatalf("%d distinct snapshots read in 1.2 s: the kernel served stale stats", len(seen))
 	}
 }
+
+// TestIsCleanRel: every path of up to 7 bytes over 'a', '.' and '/' is
+// clean exactly when cleaning it (as resolve does) leaves it as it is.
+func TestIsCleanRel(t *testing.T) {
+	paths := []string{""}
+	for n := 0; n < 7; n++ {
+		for _, p := range paths {
+			if len(p) == n {
+				for _, c := range []string{"a", ".", "/"} {
+					paths = append(paths, p+c)
+				}
+			}
+		}
+	}
+	for _, p := range paths {
+		want := p != "" && path.Clean("/" + p)[1:] == p
+		if got := isCleanRel([]byte(p)); got != want {
+			t.Errorf("isCleanRel(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
