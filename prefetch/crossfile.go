@@ -359,13 +359,10 @@ func (l *Loader) fetchAhead(obj store.Object, b, end int64, land landing, wanted
 			return b, false
 		}
 		room := l.mem.released()
-		run, res := l.startPrefetchRun(obj, b, end, true, land, wanted)
+		run, res := l.registerPrefetchRun(obj, b, end, true, land, wanted)
 		switch res {
 		case pfStarted:
-			select {
-			case <-run[len(run)-1].done:
-			case <-l.ctx.Done():
-			}
+			l.runBlocks(run) // here: this goroutine would wait for it anyway
 			for _, f := range run {
 				l.unhold(f)
 			}

@@ -824,9 +824,21 @@ func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landin
 // startPrefetchRun is startPrefetch for blocks i to end-1 of obj: the blocks
 // after i that are not held, cached or in flight join block i's fetch, up to
 // the first that is or that the budget has no room for, and one GET
-// (runBlocks) fetches them in order. It returns the run's flights in order,
-// each held when hold is set.
+// (runBlocks, on a goroutine of its own) fetches them in order. It returns
+// the run's flights in order, each held when hold is set.
 func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
+	run, res := l.registerPrefetchRun(obj, i, end, hold, land, wanted)
+	if res == pfStarted {
+		go l.runBlocks(run)
+	}
+	return run, res
+}
+
+// registerPrefetchRun is startPrefetchRun but for the fetch: when it
+// returns pfStarted, the caller must call runBlocks(run), on its own
+// goroutine if it would wait for the run anyway (the planner does: a
+// goroutine per file, and the stack each grows, cost more than the wait).
+func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
 	k := key(obj, i)
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
@@ -886,8 +898,7 @@ func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, lan
 			f.refs++
 		}
 	}
-	l.wg.Add(1)
-	go l.runBlocks(run)
+	l.wg.Add(1) // done by runBlocks
 	l.mu.Unlock()
 	return run, pfStarted
 }
