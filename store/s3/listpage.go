@@ -142,7 +142,10 @@ func decodePage(body []byte) (*page, error) {
 // false when the page is not one it reads exactly.
 func scanPage(b []byte) (*page, bool) {
 	top, ok := inner(b, "ListBucketResult")
-	if !ok {
+	if !ok || bytes.Contains(top, []byte("<!")) || bytes.Contains(top, []byte("<?")) {
+		// A comment, CDATA section or processing instruction would hide
+		// or show elements the scanner does not tell apart: no server
+		// sends them in a listing, and encoding/xml reads them right.
 		return nil, false
 	}
 	enc, _ := text(top, "EncodingType")
@@ -250,13 +253,13 @@ func cut(b []byte, name string) (body, rest []byte, ok bool) {
 // of the opening tag allowed.
 func inner(b []byte, name string) ([]byte, bool) {
 	i := bytes.Index(b, []byte("<"+name))
-	if i < 0 {
+	if i < 0 || !prologOnly(b[:i]) {
 		return nil, false
 	}
 	b = b[i+len(name)+1:]
-	gt := bytes.IndexByte(b, '>')
-	if gt < 0 || (gt > 0 && b[0] != ' ') {
-		return nil, false
+	gt := startTagEnd(b)
+	if gt < 0 || gt > 0 && !isXMLSpace(b[0]) || gt > 0 && b[gt-1] == '/' {
+		return nil, false // another element's name, or an empty element
 	}
 	b = b[gt+1:]
 	end := bytes.LastIndex(b, []byte("</"+name+">"))
@@ -265,6 +268,45 @@ func inner(b []byte, name string) ([]byte, bool) {
 	}
 	return b[:end], true
 }
+
+// prologOnly reports whether p, what precedes the document's element, is
+// white space around at most an XML declaration: anything else (another
+// processing instruction, a comment, a DOCTYPE, text) is left to
+// encoding/xml.
+func prologOnly(p []byte) bool {
+	p = bytes.TrimLeft(p, " \t\r\n")
+	if rest, ok := bytes.CutPrefix(p, []byte("<?xml")); ok && len(rest) > 0 && (isXMLSpace(rest[0]) || rest[0] == '?') {
+		end := bytes.Index(rest, []byte("?>"))
+		if end < 0 || bytes.IndexByte(rest[:end], '<') >= 0 {
+			return false
+		}
+		p = bytes.TrimLeft(rest[end+2:], " \t\r\n")
+	}
+	return len(p) == 0
+}
+
+// startTagEnd returns the index in b of the '>' that ends a start tag whose
+// attributes b begins with (a '>' in a quoted value does not end it), or -1.
+func startTagEnd(b []byte) int {
+	var quote byte
+	for i, c := range b {
+		switch {
+		case c == '<':
+			return -1
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '>':
+			return i
+		}
+	}
+	return -1
+}
+
+func isXMLSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // text returns the unescaped text of the first <name>…</name> in b, which
 // must hold no markup. Only the five named entities and numeric references

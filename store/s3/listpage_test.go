@@ -100,6 +100,13 @@ func BenchmarkParsePage(b *testing.B) {
 func FuzzScanPage(f *testing.F) {
 	f.Add(listXML("url", "<KeyCount>1</KeyCount>", contents("d/a%20b", "&#34;e&#34;", 5)))
 	f.Add(listXML("", "", contents("d/&lt;&amp;&#x41;", "&quot;e&quot;", 1)+`<CommonPrefixes><Prefix>d/x/</Prefix></CommonPrefixes>`))
+	// Markup the scanner must leave to encoding/xml: a processing
+	// instruction before the document element, a comment hiding an
+	// object, a '>' in an attribute value, an empty document element.
+	f.Add(`<?A<ListBucketResult ?><IsTruncated>1</IsTruncated></ListBucketResult>`)
+	f.Add(listXML("", "", "<!-- "+contents("d/a", "e", 1)+" -->"))
+	f.Add(`<ListBucketResult a="<x>"><IsTruncated>true</IsTruncated></ListBucketResult>`)
+	f.Add(`<ListBucketResult/><IsTruncated>true</IsTruncated></ListBucketResult>`)
 	f.Fuzz(func(t *testing.T, body string) {
 		scanned, ok := scanPage([]byte(body))
 		if !ok {
