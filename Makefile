@@ -28,6 +28,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyToPath$$' -fuzztime $(FUZZ_EXECS)x ./fuse
 	$(GO) test -run '^$$' -fuzz '^FuzzAnnounce$$' -fuzztime $(FUZZ_EXECS)x ./fuse
 	$(GO) test -run '^$$' -fuzz '^FuzzScanPage$$' -fuzztime $(FUZZ_EXECS_SCAN)x ./store/s3
+	$(GO) test -run '^$$' -fuzz '^FuzzReadResponse$$' -fuzztime $(FUZZ_EXECS)x ./store/s3
 
 vet:
 	$(GO) vet ./...

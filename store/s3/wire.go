@@ -100,7 +100,7 @@ func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error
 	if err := wc.bw.Flush(); err != nil {
 		return fail(err)
 	}
-	resp, err := http.ReadResponse(wc.br, req)
+	resp, err := readResponse(wc.br, req)
 	if err != nil {
 		return fail(err)
 	}

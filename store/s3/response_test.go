@@ -1,0 +1,120 @@
+package s3
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// parsed is what a GET's caller sees of a response.
+type parsed struct {
+	status     string
+	code       int
+	close      bool
+	length     int64
+	etag, crng string
+	body       string
+	bodyErr    string
+}
+
+func parse(t testing.TB, read func(*bufio.Reader, *http.Request) (*http.Response, error), r io.Reader) (parsed, *bufio.Reader, error) {
+	br := bufio.NewReader(r)
+	req, _ := http.NewRequest(http.MethodGet, "http://s3.test/b/k", nil)
+	resp, err := read(br, req)
+	if err != nil {
+		return parsed{}, br, err
+	}
+	body, berr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var berrText string
+	if berr != nil {
+		berrText = berr.Error()
+	}
+	return parsed{resp.Status, resp.StatusCode, resp.Close, resp.ContentLength,
+		resp.Header.Get("ETag"), resp.Header.Get("Content-Range"), string(body), berrText}, br, nil
+}
+
+// TestReadResponse: the quick path reads what http.ReadResponse reads, and
+// leaves to it whatever it does not read itself.
+func TestReadResponse(t *testing.T) {
+	for _, c := range []struct {
+		name, raw string
+		quick     bool
+	}{
+		{"200", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e1\"\r\nServer: x\r\n\r\nhello", true},
+		{"206, names in any case", "HTTP/1.1 206 Partial Content\r\ncontent-length:3\r\netag:  \"e2\" \r\nCONTENT-RANGE: bytes 1-3/9\r\n\r\nabc", true},
+		{"empty body", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", true},
+		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", true},
+		{"close among tokens", "HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 2\r\n\r\nhi", true},
+		{"keep-alive", "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi", true},
+		{"no reason phrase", "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nhi", true},
+		{"truncated body", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf", true},
+		{"HTTP/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", false},
+		{"not found", "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nNoSuchKey", false},
+		{"no length", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end", false},
+		{"length twice", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\nhi", false},
+		{"folded line", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: a\r\n b\r\n\r\nhi", false},
+		{"trailer", "HTTP/1.1 200 OK\r\nTrailer: X\r\nContent-Length: 2\r\n\r\nhi", false},
+		{"status 2000", "HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nhi", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "http://s3.test/b/k", nil)
+			if got := quickResponse(bufio.NewReader(strings.NewReader(c.raw)), req) != nil; got != c.quick {
+				t.Errorf("quick path taken: %v, want %v", got, c.quick)
+			}
+			want, _, werr := parse(t, http.ReadResponse, strings.NewReader(c.raw))
+			got, _, gerr := parse(t, readResponse, strings.NewReader(c.raw))
+			if (werr == nil) != (gerr == nil) || got != want {
+				t.Errorf("read %+v (err %v), net/http %+v (err %v)", got, gerr, want, werr)
+			}
+			// The same bytes a byte at a time: the header is never all
+			// buffered, so net/http reads it, with the same result.
+			got, _, gerr = parse(t, readResponse, iotest.OneByteReader(strings.NewReader(c.raw)))
+			if (werr == nil) != (gerr == nil) || got != want {
+				t.Errorf("byte by byte: read %+v (err %v), net/http %+v (err %v)", got, gerr, want, werr)
+			}
+		})
+	}
+}
+
+// TestReadResponseKeepsTheNext: a body read to its end leaves the next
+// response on the connection where it starts.
+func TestReadResponseKeepsTheNext(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\noneHTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nETag: \"2\"\r\n\r\ntwo"
+	first, br, err := parse(t, readResponse, strings.NewReader(raw))
+	if err != nil || first.body != "one" {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://s3.test/b/k", nil)
+	resp, err := readResponse(br, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || string(body) != "two" || resp.StatusCode != 206 || resp.Header.Get("ETag") != `"2"` {
+		t.Fatalf("second: %d %q %q %v", resp.StatusCode, body, resp.Header.Get("ETag"), err)
+	}
+}
+
+// FuzzReadResponse: whatever net/http reads, the quick path reads the
+// same. (It may take what net/http refuses: it reads fewer headers.)
+func FuzzReadResponse(f *testing.F) {
+	f.Add("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e1\"\r\n\r\nhello")
+	f.Add("HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nConnection: close\r\nContent-Range: bytes 0-2/3\r\n\r\nabcdef")
+	f.Add("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+	f.Fuzz(func(t *testing.T, raw string) {
+		want, _, werr := parse(t, http.ReadResponse, strings.NewReader(raw))
+		if werr != nil {
+			return
+		}
+		got, _, gerr := parse(t, readResponse, strings.NewReader(raw))
+		if gerr != nil || got != want {
+			t.Fatalf("read %+v (err %v), net/http %+v", got, gerr, want)
+		}
+	})
+}
