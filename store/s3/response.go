@@ -102,16 +102,16 @@ func quickResponse(br *bufio.Reader, req *http.Request) *http.Response {
 }
 
 // isToken reports whether b is an HTTP token (RFC 9110), as header names are.
-func isToken(b []byte) bool {
-	for _, c := range b {
-		switch {
+func isToken[T string | []byte](b T) bool {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
 		default:
 			return false
 		}
 	}
-	return true
+	return len(b) > 0
 }
 
 // cutLine splits b after its first CRLF: the line without it, and the rest.
@@ -181,3 +181,56 @@ func (b *fixedBody) Read(p []byte) (int, error) {
 }
 
 func (b *fixedBody) Close() error { return nil }
+
+// writeRequest writes req, a GET, to bw. A plain GET (no body, no header
+// that Request.Write treats apart, no CR or LF in a header) is written
+// here; anything else by req.Write, which sorts the headers (a slice and a
+// sort per request) and scans every value for line breaks.
+func writeRequest(bw *bufio.Writer, req *http.Request) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	if !quickRequest(req, host) {
+		return req.Write(bw)
+	}
+	bw.WriteString("GET ")
+	bw.WriteString(req.URL.RequestURI())
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	for name, values := range req.Header {
+		for _, v := range values {
+			bw.WriteString(name)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+// quickRequest reports whether writeRequest may write req itself.
+func quickRequest(req *http.Request, host string) bool {
+	if req.Method != http.MethodGet || req.Body != nil && req.Body != http.NoBody || req.ContentLength != 0 ||
+		req.Close || len(req.TransferEncoding) > 0 || len(req.Trailer) > 0 || req.URL.Opaque != "" ||
+		host == "" || strings.ContainsAny(host, " \t\r\n/") || len(req.Header["User-Agent"]) > 1 {
+		return false
+	}
+	for name, values := range req.Header {
+		switch name {
+		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
+			return false // Request.Write leaves these out or writes its own
+		}
+		if !isToken(name) {
+			return false
+		}
+		for _, v := range values {
+			if strings.ContainsAny(v, "\r\n") {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -94,7 +94,7 @@ func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error
 		}
 		return nil, err
 	}
-	if err := req.Write(wc.bw); err != nil {
+	if err := writeRequest(wc.bw, req); err != nil {
 		return fail(err)
 	}
 	if err := wc.bw.Flush(); err != nil {
