@@ -1,5 +1,9 @@
 package s3
 
+// The HTTP/1.1 messages of a GET on the store's own connections (wire.go):
+// the plain request and the successful answer, the two every GET has, are
+// written and read here; anything unusual goes through net/http's code.
+
 import (
 	"bufio"
 	"bytes"
