@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // readResponse reads the answer to req, a GET, from br. A 200 or 206 with a
@@ -20,8 +22,8 @@ import (
 // map for all of them: a fifth of a small GET's CPU on the client, for the
 // one header the store reads.
 //
-// The quick path's Header holds only ETag and Content-Range, the headers a
-// GET's caller reads.
+// The quick path's Header holds only ETag (which the store checks) and
+// Content-Range.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	if resp := quickResponse(br, req); resp != nil {
 		return resp, nil
@@ -47,7 +49,7 @@ func quickResponse(br *bufio.Reader, req *http.Request) *http.Response {
 	if crlf := bytes.Count(head, []byte("\r\n")); bytes.Count(head, []byte{'\n'}) != crlf || bytes.Count(head, []byte{'\r'}) != crlf {
 		return nil // a bare CR or LF: net/http takes a lone LF as a line end
 	}
-	line, head := cutLine(head)
+	line, head, _ := bytes.Cut(head, []byte("\r\n"))
 	// "HTTP/1.1 206 Partial Content"; HTTP/1.0 has other connection rules.
 	rest, ok := bytes.CutPrefix(line, []byte("HTTP/1.1 "))
 	if !ok || len(rest) < 3 || len(rest) > 3 && rest[3] != ' ' {
@@ -73,26 +75,27 @@ func quickResponse(br *bufio.Reader, req *http.Request) *http.Response {
 	}
 	length := int64(-1)
 	for len(head) > 0 {
-		line, head = cutLine(head)
+		line, head, _ = bytes.Cut(head, []byte("\r\n"))
 		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) {
+		if colon <= 0 || !httpguts.ValidHeaderFieldName(string(line[:colon])) {
 			return nil // a folded or malformed line
 		}
+		// A valid name is ASCII: EqualFold folds it as HTTP does.
 		name, value := line[:colon], bytes.Trim(line[colon+1:], " \t")
 		switch {
-		case asciiEqualFold(name, "Content-Length"):
+		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 || length >= 0 {
 				return nil // bad, or given twice
 			}
 			length = n
-		case asciiEqualFold(name, "Transfer-Encoding"), asciiEqualFold(name, "Trailer"):
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")), bytes.EqualFold(name, []byte("Trailer")):
 			return nil
-		case asciiEqualFold(name, "Connection"):
-			resp.Close = resp.Close || hasToken(value, "close")
-		case asciiEqualFold(name, "ETag"):
+		case bytes.EqualFold(name, []byte("Connection")):
+			resp.Close = resp.Close || httpguts.HeaderValuesContainsToken([]string{string(value)}, "close")
+		case bytes.EqualFold(name, []byte("ETag")):
 			resp.Header["Etag"] = append(resp.Header["Etag"], string(value))
-		case asciiEqualFold(name, "Content-Range"):
+		case bytes.EqualFold(name, []byte("Content-Range")):
 			resp.Header["Content-Range"] = append(resp.Header["Content-Range"], string(value))
 		}
 	}
@@ -103,59 +106,6 @@ func quickResponse(br *bufio.Reader, req *http.Request) *http.Response {
 	resp.ContentLength = length
 	resp.Body = &fixedBody{br: br, left: length}
 	return resp
-}
-
-// isToken reports whether b is an HTTP token (RFC 9110), as header names are.
-func isToken[T string | []byte](b T) bool {
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return len(b) > 0
-}
-
-// cutLine splits b after its first CRLF: the line without it, and the rest.
-func cutLine(b []byte) (line, rest []byte) {
-	i := bytes.Index(b, []byte("\r\n"))
-	if i < 0 {
-		return b, nil
-	}
-	return b[:i], b[i+2:]
-}
-
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		c, d := b[i], s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
-}
-
-// hasToken reports whether the comma-separated list v holds token.
-func hasToken(v []byte, token string) bool {
-	for len(v) > 0 {
-		var t []byte
-		t, v, _ = bytes.Cut(v, []byte(","))
-		if asciiEqualFold(bytes.Trim(t, " \t"), token) {
-			return true
-		}
-	}
-	return false
 }
 
 // fixedBody is a body of a known length: it ends in io.EOF with its last
@@ -187,7 +137,7 @@ func (b *fixedBody) Read(p []byte) (int, error) {
 func (b *fixedBody) Close() error { return nil }
 
 // writeRequest writes req, a GET, to bw. A plain GET (no body, no header
-// that Request.Write treats apart, no CR or LF in a header) is written
+// that Request.Write treats apart, valid header names and values) is written
 // here; anything else by req.Write, which sorts the headers (a slice and a
 // sort per request) and scans every value for line breaks.
 func writeRequest(bw *bufio.Writer, req *http.Request) error {
@@ -227,11 +177,11 @@ func quickRequest(req *http.Request, host string) bool {
 		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
 			return false // Request.Write leaves these out or writes its own
 		}
-		if !isToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return false
 		}
 		for _, v := range values {
-			if strings.ContainsAny(v, "\r\n") {
+			if !httpguts.ValidHeaderFieldValue(v) {
 				return false
 			}
 		}

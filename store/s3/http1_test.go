@@ -21,7 +21,7 @@ type parsed struct {
 	bodyErr    string
 }
 
-func parse(t testing.TB, read func(*bufio.Reader, *http.Request) (*http.Response, error), r io.Reader) (parsed, *bufio.Reader, error) {
+func parse(read func(*bufio.Reader, *http.Request) (*http.Response, error), r io.Reader) (parsed, *bufio.Reader, error) {
 	br := bufio.NewReader(r)
 	req, _ := http.NewRequest(http.MethodGet, "http://s3.test/b/k", nil)
 	resp, err := read(br, req)
@@ -68,14 +68,14 @@ func TestReadResponse(t *testing.T) {
 			if got := quickResponse(bufio.NewReader(strings.NewReader(c.raw)), req) != nil; got != c.quick {
 				t.Errorf("quick path taken: %v, want %v", got, c.quick)
 			}
-			want, _, werr := parse(t, http.ReadResponse, strings.NewReader(c.raw))
-			got, _, gerr := parse(t, readResponse, strings.NewReader(c.raw))
+			want, _, werr := parse(http.ReadResponse, strings.NewReader(c.raw))
+			got, _, gerr := parse(readResponse, strings.NewReader(c.raw))
 			if (werr == nil) != (gerr == nil) || got != want {
 				t.Errorf("read %+v (err %v), net/http %+v (err %v)", got, gerr, want, werr)
 			}
 			// The same bytes a byte at a time: the header is never all
 			// buffered, so net/http reads it, with the same result.
-			got, _, gerr = parse(t, readResponse, iotest.OneByteReader(strings.NewReader(c.raw)))
+			got, _, gerr = parse(readResponse, iotest.OneByteReader(strings.NewReader(c.raw)))
 			if (werr == nil) != (gerr == nil) || got != want {
 				t.Errorf("byte by byte: read %+v (err %v), net/http %+v (err %v)", got, gerr, want, werr)
 			}
@@ -87,7 +87,7 @@ func TestReadResponse(t *testing.T) {
 // response on the connection where it starts.
 func TestReadResponseKeepsTheNext(t *testing.T) {
 	raw := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\noneHTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nETag: \"2\"\r\n\r\ntwo"
-	first, br, err := parse(t, readResponse, strings.NewReader(raw))
+	first, br, err := parse(readResponse, strings.NewReader(raw))
 	if err != nil || first.body != "one" {
 		t.Fatalf("first: %+v, %v", first, err)
 	}
@@ -109,11 +109,11 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add("HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nConnection: close\r\nContent-Range: bytes 0-2/3\r\n\r\nabcdef")
 	f.Add("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
 	f.Fuzz(func(t *testing.T, raw string) {
-		want, _, werr := parse(t, http.ReadResponse, strings.NewReader(raw))
+		want, _, werr := parse(http.ReadResponse, strings.NewReader(raw))
 		if werr != nil {
 			return
 		}
-		got, _, gerr := parse(t, readResponse, strings.NewReader(raw))
+		got, _, gerr := parse(readResponse, strings.NewReader(raw))
 		if gerr != nil || got != want {
 			t.Fatalf("read %+v (err %v), net/http %+v", got, gerr, want)
 		}

@@ -2,8 +2,9 @@
 // minio-go v7. It is the only package that imports minio-go. It maps S3
 // error codes to the store's sentinel errors and pins ranged reads to an
 // ETag. It builds and signs GETs itself (get.go) and sends them on HTTP/1.1
-// connections it pools itself (wire.go), lists long directories in parallel
-// key ranges and decodes LIST pages itself (list.go, listpage.go).
+// connections it pools itself (wire.go, http1.go), lists long directories
+// in parallel key ranges and decodes LIST pages itself (list.go,
+// listpage.go).
 // It does not retry beyond a small bounded count (retries with backoff,
 // timeouts and hedging are store decorators), cache, or read flags and env:
 // the caller passes a Config.
