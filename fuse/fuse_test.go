@@ -53,7 +53,7 @@ func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) stri
 	return mountCfg(t, Config{Store: st, Prefix: prefix, MetadataTTL: ttl}).Dir
 }
 
-func mountCfg(t *testing.T, cfg Config) *Mount {
+func mountCfg(t testing.TB, cfg Config) *Mount {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine: FUSE tests need it (and root)")

@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
 )
 
@@ -244,6 +246,58 @@ func TestAnnouncedSecondEpochIsServedFromCache(t *testing.T) {
 		if got := st.gets.Load(); got != n {
 			t.Errorf("after epoch %d: %d GETs, want %d", epoch, got, n)
 		}
+	}
+}
+
+// probeTier counts lookups of an indexed tier: Gets (reads, for a disk
+// tier) and Contains (index probes).
+type probeTier struct {
+	indexedTier
+	gets, probes atomic.Int64
+}
+
+func (t *probeTier) Get(k cache.Key) ([]byte, bool) {
+	t.gets.Add(1)
+	return t.indexedTier.Get(k)
+}
+
+func (t *probeTier) Contains(k cache.Key) bool {
+	t.probes.Add(1)
+	return t.indexedTier.Contains(k)
+}
+
+// TestAnnouncedCachedFilesAreOnlyProbed: cross-file prefetch of files the
+// tier holds looks them up in its index and reads none of them. A warm
+// epoch whose files the kernel already caches sends no READ, so a read of
+// the tier here (a disk read, a promotion to RAM) would be for nothing.
+func TestAnnouncedCachedFilesAreOnlyProbed(t *testing.T) {
+	const n, lead = 30, 10
+	st := newFakeStore()
+	objs := addFiles(st, "w", n, 5000)
+	tier := &probeTier{indexedTier: indexedTier{newMapTier()}}
+	ctx := context.Background()
+	filler := newTestLoader(t, st, tier, Options{})
+	for _, o := range objs {
+		if err := filler.Fill(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gets := st.gets.Load()
+	l := newTestLoader(t, st, tier, Options{CrossFile: true, FileLead: lead, Workers: 4})
+	tier.gets.Store(0)
+	tier.probes.Store(0)
+	l.Announce(objs)
+	for deadline := time.Now().Add(10 * time.Second); tier.probes.Load()+tier.gets.Load() < lead; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lookups in the tier after the announcement, want %d", tier.probes.Load()+tier.gets.Load(), lead)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if g := tier.gets.Load(); g != 0 {
+		t.Errorf("prefetch read %d blocks from the tier, want 0", g)
+	}
+	if g := st.gets.Load() - gets; g != 0 {
+		t.Errorf("prefetch of cached files cost %d GETs, want 0", g)
 	}
 }
 

@@ -312,6 +312,21 @@ func (l *Loader) tierHas(k cache.Key) bool {
 	return ok && c.Contains(k)
 }
 
+// tierProbe says whether the cache tier holds k for a prefetch, from its
+// index when it has one: a probe is not a cache hit, and a Get of a disk
+// block would read it and promote it to RAM (evicting another) for
+// nothing. An announced warm epoch probes every file it reads.
+func (l *Loader) tierProbe(k cache.Key) bool {
+	if l.tier == nil {
+		return false
+	}
+	if c, ok := l.tier.(interface{ Contains(cache.Key) bool }); ok {
+		return c.Contains(k)
+	}
+	_, ok := l.tier.Get(k)
+	return ok
+}
+
 // Cached reports whether the cache tier has every block of obj, from its
 // index alone.
 func (l *Loader) Cached(obj store.Object) bool {
@@ -848,11 +863,8 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	if present {
 		return nil, pfPresent
 	}
-	if l.tier != nil {
-		// A tier lookup, not tierGet: a prefetch probe is not a cache hit.
-		if data, ok := l.tier.Get(k); ok && int64(len(data)) == n {
-			return nil, pfPresent
-		}
+	if l.tierProbe(k) {
+		return nil, pfPresent
 	}
 	if full {
 		l.stats.PrefetchSkipped.Add(1)
