@@ -118,6 +118,28 @@ func (t *Tiered) Get(k Key) ([]byte, bool) {
 	return nil, false
 }
 
+// Peek returns the block for k like Get, without promoting a disk hit to
+// RAM; inRAM says which tier answered. Prefetch that hands a disk block to
+// the kernel's page cache uses it: a promotion there would evict another
+// block from RAM (to be written to disk) for a block the page cache now
+// holds.
+func (t *Tiered) Peek(k Key) (b []byte, inRAM, ok bool) {
+	if t.ram != nil {
+		if b, ok := t.ram.Get(k); ok {
+			if tc, ok := t.disk.(toucher); ok {
+				tc.Touch(k)
+			}
+			return b, true, true
+		}
+	}
+	if t.disk != nil {
+		if b, ok := t.disk.Get(k); ok {
+			return b, false, true
+		}
+	}
+	return nil, false, false
+}
+
 // Put stores b in RAM, and queues it for disk when there is no RAM tier
 // (or one that cannot hand its blocks on): the disk tier writes in the
 // background. It takes ownership of b; neither tier modifies it.

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"testing"
 	"time"
 )
@@ -94,5 +95,38 @@ func TestTieredVictims(t *testing.T) {
 			t.Fatalf("%v lost across the restart", k)
 		}
 		checkExact(t, k, b, size)
+	}
+}
+
+// TestTieredPeek: Peek answers from RAM, then disk, like Get, says which
+// tier answered, and leaves a disk block out of RAM.
+func TestTieredPeek(t *testing.T) {
+	const size = 64 << 10
+	r, err := NewRAM(4<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, MinFreeFraction: -1})
+	tt := NewTiered(r, d)
+	inRAM, onDisk, absent := testKey("ram", 0), testKey("disk", 0), testKey("none", 0)
+	r.Put(inRAM, blockFor(inRAM, size))
+	d.Put(onDisk, blockFor(onDisk, size))
+	tt.Flush()
+	for _, c := range []struct {
+		k           Key
+		ok, fromRAM bool
+	}{{inRAM, true, true}, {onDisk, true, false}, {absent, false, false}} {
+		b, fromRAM, ok := tt.Peek(c.k)
+		if ok != c.ok || fromRAM != c.fromRAM {
+			t.Errorf("Peek(%v): ok %v, in RAM %v; want %v, %v", c.k, ok, fromRAM, c.ok, c.fromRAM)
+		}
+		if ok && !bytes.Equal(b, blockFor(c.k, size)) {
+			t.Errorf("Peek(%v): wrong bytes", c.k)
+		}
+	}
+	tt.Flush()
+	if r.Contains(onDisk) {
+		t.Error("Peek promoted a disk block to RAM")
 	}
 }

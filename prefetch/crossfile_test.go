@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,54 +248,61 @@ func TestAnnouncedSecondEpochIsServedFromCache(t *testing.T) {
 	}
 }
 
-// probeTier counts lookups of an indexed tier: Gets (reads, for a disk
-// tier) and Contains (index probes).
-type probeTier struct {
-	indexedTier
-	gets, probes atomic.Int64
-}
-
-func (t *probeTier) Get(k cache.Key) ([]byte, bool) {
-	t.gets.Add(1)
-	return t.indexedTier.Get(k)
-}
-
-func (t *probeTier) Contains(k cache.Key) bool {
-	t.probes.Add(1)
-	return t.indexedTier.Contains(k)
-}
-
-// TestAnnouncedCachedFilesAreOnlyProbed: cross-file prefetch of files the
-// tier holds looks them up in its index and reads none of them. A warm
-// epoch whose files the kernel already caches sends no READ, so a read of
-// the tier here (a disk read, a promotion to RAM) would be for nothing.
-func TestAnnouncedCachedFilesAreOnlyProbed(t *testing.T) {
-	const n, lead = 30, 10
+// TestAnnouncedPrefetchFromTiers: cross-file prefetch of files the cache
+// tiers hold fetches none of them again. A file only on disk (as after
+// `dataccel warm`) goes to the page cache without a promotion to RAM (which
+// would evict another block, to be written to disk); a file in RAM stays
+// there and is not pushed: the mount fetched or read it, so the kernel has
+// seen it, and a warm epoch whose pages the kernel holds probes every file.
+func TestAnnouncedPrefetchFromTiers(t *testing.T) {
+	const n, inRAM = 40, 10
 	st := newFakeStore()
 	objs := addFiles(st, "w", n, 5000)
-	tier := &probeTier{indexedTier: indexedTier{newMapTier()}}
-	ctx := context.Background()
-	filler := newTestLoader(t, st, tier, Options{})
-	for _, o := range objs {
-		if err := filler.Fill(ctx, o); err != nil {
-			t.Fatal(err)
+	ram, err := cache.NewRAM(64<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	disk, err := cache.NewDisk(cache.DefaultDiskOptions(t.TempDir(), 64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	for i, o := range objs {
+		k, b := key(o, 0), st.data(o.Key)
+		disk.Put(k, b)
+		if i < inRAM {
+			ram.Put(k, b)
 		}
 	}
-	gets := st.gets.Load()
-	l := newTestLoader(t, st, tier, Options{CrossFile: true, FileLead: lead, Workers: 4})
-	tier.gets.Store(0)
-	tier.probes.Store(0)
+	disk.Flush()
+	ram.Flush()
+	tiers := cache.NewTiered(ram, disk)
+	stats := &Stats{}
+	l := newTestLoader(t, st, tiers, Options{CrossFile: true, FileLead: 2 * n, Workers: 4, Stats: stats})
+	pc := newFakePageCache()
+	l.SetPageCache(pc)
 	l.Announce(objs)
-	for deadline := time.Now().Add(10 * time.Second); tier.probes.Load()+tier.gets.Load() < lead; {
+	for deadline := time.Now().Add(10 * time.Second); stats.Pushed.Load() < n-inRAM; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d lookups in the tier after the announcement, want %d", tier.probes.Load()+tier.gets.Load(), lead)
+			t.Fatalf("%d files pushed from the disk tier, want %d", stats.Pushed.Load(), n-inRAM)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if g := tier.gets.Load(); g != 0 {
-		t.Errorf("prefetch read %d blocks from the tier, want 0", g)
+	for i, o := range objs {
+		held := pc.held(o)
+		switch {
+		case i < inRAM && held != 0:
+			t.Errorf("%s: in RAM, and %d bytes pushed; want none", o.Key, held)
+		case i >= inRAM && held == 0:
+			t.Errorf("%s: on disk only, and not pushed", o.Key)
+		case i >= inRAM && !bytes.Equal(st.data(o.Key)[:held], pc.bytesOf(o)):
+			t.Errorf("%s: wrong bytes pushed", o.Key)
+		case i >= inRAM && ram.Contains(key(o, 0)):
+			t.Errorf("%s: promoted to RAM", o.Key)
+		}
 	}
-	if g := st.gets.Load() - gets; g != 0 {
+	if g := st.gets.Load(); g != 0 {
 		t.Errorf("prefetch of cached files cost %d GETs, want 0", g)
 	}
 }

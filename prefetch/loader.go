@@ -312,19 +312,57 @@ func (l *Loader) tierHas(k cache.Key) bool {
 	return ok && c.Contains(k)
 }
 
-// tierProbe says whether the cache tier holds k for a prefetch, from its
-// index when it has one: a probe is not a cache hit, and a Get of a disk
-// block would read it and promote it to RAM (evicting another) for
-// nothing. An announced warm epoch probes every file it reads.
-func (l *Loader) tierProbe(k cache.Key) bool {
-	if l.tier == nil {
-		return false
+// peeker is a tier that can hand out a block without promoting it to RAM,
+// and say whether RAM held it (cache.Tiered).
+type peeker interface {
+	Peek(cache.Key) (b []byte, inRAM, ok bool)
+}
+
+// tierPresent says whether the cache tier holds block k (n bytes) of obj,
+// so that a prefetch need not fetch it; it is called without l.mu.
+//
+// A prefetch that lands in the kernel (land has landKernel: the planner,
+// the sweep) hands a block found only on disk to the page cache, without
+// promoting it to RAM: after `dataccel warm`, the reader then finds the
+// epoch in the page cache. A block in RAM is left there: RAM holds what
+// this mount fetched or read, which the kernel has seen already, and an
+// announced warm epoch probes every file it reads. Any other prefetch
+// (read-ahead within a file) takes the block into RAM, off the reader's
+// path.
+func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landing) bool {
+	if p, ok := l.tier.(peeker); ok && land&landKernel != 0 {
+		data, inRAM, ok := p.Peek(k)
+		if !ok || int64(len(data)) != n {
+			return false
+		}
+		if !inRAM {
+			l.pushFromTier(obj, k, data, land)
+		}
+		return true
 	}
-	if c, ok := l.tier.(interface{ Contains(cache.Key) bool }); ok {
-		return c.Contains(k)
+	// Not tierGet: a prefetch probe is not a cache hit.
+	data, ok := l.tier.Get(k)
+	return ok && int64(len(data)) == n
+}
+
+// pushFromTier hands a block read from the cache tier to the page cache,
+// under the budget like a fetched block until the push ends; with no room
+// it is left where it is, for the reader.
+func (l *Loader) pushFromTier(obj store.Object, k cache.Key, data []byte, land landing) {
+	charge := int64(len(data)) + blockOverhead
+	if !l.mem.tryAcquire(charge) {
+		return
 	}
-	_, ok := l.tier.Get(k)
-	return ok
+	done := make(chan struct{})
+	close(done)
+	f := &flight{key: k, obj: obj, n: int64(len(data)), land: land, done: done, data: data, charge: charge, refs: 1}
+	l.mu.Lock()
+	l.pushLocked(f)
+	charge = l.unrefLocked(f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
 }
 
 // Cached reports whether the cache tier has every block of obj, from its
@@ -863,7 +901,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	if present {
 		return nil, pfPresent
 	}
-	if l.tierProbe(k) {
+	if l.tier != nil && l.tierPresent(obj, k, n, land) {
 		return nil, pfPresent
 	}
 	if full {

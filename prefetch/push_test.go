@@ -56,6 +56,13 @@ func (c *fakePageCache) held(obj store.Object) int {
 	return len(c.files[obj.Key])
 }
 
+// bytesOf returns what the page cache holds of the file from 0.
+func (c *fakePageCache) bytesOf(obj store.Object) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.files[obj.Key])
+}
+
 func (c *fakePageCache) pushedBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
