@@ -308,14 +308,17 @@ func TestAnnouncedPrefetchFromTiers(t *testing.T) {
 }
 
 // Four data-loader workers sharing one directory open its files slightly out
-// of order; directory prefetch still fetches every file exactly once.
+// of order; directory prefetch still fetches every file exactly once. The
+// loader has a cache tier, as a mount always has unless told otherwise: an
+// open behind the walk (workers starting out of order, or one stalled on a
+// loaded machine) starts a new walk, which finds what was read in the tier.
 func TestDirectoryOrderInterleavedReaders(t *testing.T) {
 	const n, readers = 200, 4
 	st := newFakeStore()
 	st.latency = func(string) time.Duration { return time.Millisecond }
 	objs := addFiles(st, "d", n, 30<<10)
 	stats := &Stats{}
-	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 16, Workers: 8, Stats: stats})
+	l := newTestLoader(t, st, indexedTier{newMapTier()}, Options{CrossFile: true, FileLead: 16, Workers: 8, Stats: stats})
 	l.SetSiblings(dirSiblings{objs: objs})
 	var wg sync.WaitGroup
 	for r := range readers {
