@@ -18,8 +18,7 @@
 # Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
-# per worker). A mix other than the default gets its own prefix. SETTLE_S (90): rest after the peers'
-# phase, before phase B.
+# per worker). A mix other than the default gets its own prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -118,10 +117,6 @@ umount_dataccel "$OUT/mnt-dataccel"
 "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
 
 say "B. cold epoch with the order announced, then the warm re-read: a fresh dataccel mount beside direct GETs and local disk"
-# The machine takes a minute or two to settle after s3fs's epochs and exit: a mount's announced
-# epoch measured right after them ran far slower than the same epoch later, or after rclone alone
-# (bench/RESULTS.md, session 10). SETTLE_S seconds of rest come first.
-sleep "${SETTLE_S:-90}"
 # No peer is mounted here: their daemons' background work (rclone writing its cache) would share
 # the cores with the warm re-read, which takes a tenth of a second.
 server_warm
