@@ -98,24 +98,12 @@ func nilTier(t Tier) Tier {
 
 // Get returns the block for k from the fastest tier that has it.
 func (t *Tiered) Get(k Key) ([]byte, bool) {
-	if t.ram != nil {
-		if b, ok := t.ram.Get(k); ok {
-			if tc, ok := t.disk.(toucher); ok {
-				tc.Touch(k)
-			}
-			return b, true
-		}
+	b, inRAM, ok := t.Peek(k)
+	if ok && !inRAM && t.ram != nil {
+		// Both tiers treat blocks as immutable, so sharing b is safe.
+		t.ram.Put(k, b)
 	}
-	if t.disk != nil {
-		if b, ok := t.disk.Get(k); ok {
-			if t.ram != nil {
-				// Both tiers treat blocks as immutable, so sharing b is safe.
-				t.ram.Put(k, b)
-			}
-			return b, true
-		}
-	}
-	return nil, false
+	return b, ok
 }
 
 // Peek returns the block for k like Get, without promoting a disk hit to

@@ -353,9 +353,8 @@ func (l *Loader) pushFromTier(obj store.Object, k cache.Key, data []byte, land l
 	if !l.mem.tryAcquire(charge) {
 		return
 	}
-	done := make(chan struct{})
-	close(done)
-	f := &flight{key: k, obj: obj, n: int64(len(data)), land: land, done: done, data: data, charge: charge, refs: 1}
+	f := doneFlight(obj, k, data, charge)
+	f.land = land
 	l.mu.Lock()
 	l.pushLocked(f)
 	charge = l.unrefLocked(f)
@@ -523,10 +522,17 @@ func (l *Loader) holdHit(obj store.Object, k cache.Key, n int64, data []byte) ha
 	if n <= keepHitsAbove || !l.mem.tryAcquire(n+blockOverhead) {
 		return handle{data: data}
 	}
+	f := doneFlight(obj, k, data, n+blockOverhead)
+	f.used = true
+	return handle{f: f}
+}
+
+// doneFlight wraps a block the loader did not fetch (a tier hit) in a
+// finished flight holding charge bytes of the budget and one reference.
+func doneFlight(obj store.Object, k cache.Key, data []byte, charge int64) *flight {
 	done := make(chan struct{})
 	close(done)
-	f := &flight{key: k, obj: obj, n: n, done: done, data: data, charge: n + blockOverhead, refs: 1, used: true}
-	return handle{f: f}
+	return &flight{key: k, obj: obj, n: int64(len(data)), done: done, data: data, charge: charge, refs: 1}
 }
 
 // tierGet looks k up in the cache tier. A block of the wrong length (written
