@@ -13,9 +13,15 @@
 #   E. dataccel alone with 4 readers: cold epochs with --prefetch off, in directory order,
 #      and in a shuffled order that is announced (the prefetch modes side by side).
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
-# --use-server-modtime (its best configuration). Writes $OUT/{A,B}.json, $OUT/report.html,
-# $OUT/summary.json and prints the table and the ratios.
-# Env: FILES (5000), RTT_MS (10), READERS (16), OUT (./.compare), PEERS_DIR (../shared/peers);
+# --use-server-modtime (its best configuration).
+# A, B and F run REPEATS times (s3fs only in the first run of A: each of its epochs takes ten times
+# the others', and its run-to-run spread is small); the table shows each time's median over the
+# runs and its range, and the ratios are ratios of medians. One run of a two-core VM can land in a
+# slow spell of its host (first touches of fresh memory cost several times more for a minute), which
+# hits whatever touches fresh memory (a mount's page cache and RAM cache) and not direct GETs.
+# Writes $OUT/{A,B,F}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, and every
+# run under runs_s) and prints the table and the ratios.
+# Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
 # per worker). A mix other than the default gets its own prefix.
@@ -25,13 +31,14 @@ ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
-ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32}
+ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
 DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
-mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-*
+mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
 say() { printf '\n== %s\n' "$*"; }
 
 say "install peers and tools"
@@ -104,36 +111,45 @@ mount_peer() { # KIND MNT
 RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0 --order "$ORDER" --seed 7
   --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
 
-say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk"
-server_warm
-mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
-mount_peer s3fs "$OUT/mnt-s3fs"
-mount_peer rclone-full "$OUT/mnt-rclone"
-"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --json "$OUT/A.json" --html "$OUT/report.html" \
-  "$OUT/mnt-dataccel/$DS" "$OUT/mnt-s3fs/$DS" "$OUT/mnt-rclone/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL"
-RSS_KB=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status")
-umount_dataccel "$OUT/mnt-dataccel"
-"$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
-"$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk ($REPEATS runs)"
+RSS_KB=0
+for r in $(seq "$REPEATS"); do
+  server_warm
+  mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
+  paths=("$OUT/mnt-dataccel/$DS")
+  html=()
+  if [[ $r == 1 ]]; then mount_peer s3fs "$OUT/mnt-s3fs"; paths+=("$OUT/mnt-s3fs/$DS"); html=(--html "$OUT/report.html"); fi
+  mount_peer rclone-full "$OUT/mnt-rclone"
+  paths+=("$OUT/mnt-rclone/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL")
+  "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --json "$OUT/A-$r.json" "${html[@]}" "${paths[@]}"
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status"); ((rss > RSS_KB)) && RSS_KB=$rss
+  umount_dataccel "$OUT/mnt-dataccel"
+  [[ $r == 1 ]] && "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
+  "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+done
 
-say "B. cold epoch with the order announced, then the warm re-read: a fresh dataccel mount beside direct GETs and local disk"
+say "B. cold epoch with the order announced, then the warm re-read: a fresh dataccel mount beside direct GETs and local disk ($REPEATS runs)"
 # No peer is mounted here: their daemons' background work (rclone writing its cache) would share
 # the cores with the warm re-read, which takes a tenth of a second.
-server_warm
-mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
-"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --announce --json "$OUT/B.json" \
-  "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL"
-umount_dataccel "$OUT/mnt-dataccel"
+for r in $(seq "$REPEATS"); do
+  server_warm
+  mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
+  "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --announce --json "$OUT/B-$r.json" \
+    "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL"
+  umount_dataccel "$OUT/mnt-dataccel"
+done
 
-say "F. after warm: dataccel warm fills a fresh cache, then a fresh mount reads an epoch from it, beside direct GETs"
-server_warm
-rm -rf "$OUT/cache-F"
-t0=$EPOCHREALTIME
-"$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
-WARM_S=$(awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }")
-start_dataccel "$OUT/mnt-dataccel" "$OUT/cache-F" "$OUT/mnt-dataccel-F.log"
-"$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"
-umount_dataccel "$OUT/mnt-dataccel"
+say "F. after warm: dataccel warm fills a fresh cache, then a fresh mount reads an epoch from it, beside direct GETs ($REPEATS runs)"
+for r in $(seq "$REPEATS"); do
+  server_warm
+  rm -rf "$OUT/cache-F"
+  t0=$EPOCHREALTIME
+  "$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
+  awk "BEGIN { printf \"%.3f\\n\", $EPOCHREALTIME - $t0 }" >>"$OUT/warm-F.times"
+  start_dataccel "$OUT/mnt-dataccel" "$OUT/cache-F" "$OUT/mnt-dataccel-F.log"
+  "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F-$r.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"
+  umount_dataccel "$OUT/mnt-dataccel"
+done
 
 say "C. listing a 10,000-file directory on fresh mounts"
 list_time() { # DIR -> seconds, with the server's metadata warm (a listing of its own first)
@@ -165,21 +181,34 @@ for mode in off dir announced; do
 done
 
 say "summary"
-jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OUT/F.json" --arg warm_s "$WARM_S" \
+for x in A B F; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
+jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" \
+  --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
-  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" --arg order "$ORDER" '
+  --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
+  --arg order "$ORDER" --arg repeats "$REPEATS" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
-  def ep($p; $i): $p.epochs[$i].wall_s + ($p.epochs[$i].announce_s // 0);
-  ($a[0].paths) as $A | ($b[0].paths) as $B |
-  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber), readers: ($readers|tonumber), batch: ($batch|tonumber)},
-    cold_s: {dataccel: ep($A[0];0), s3fs: ep($A[1];0), rclone: ep($A[2];0), direct: ep($A[3];0), local: ep($A[4];0)},
-    warm_s: {dataccel: ep($A[0];1), s3fs: ep($A[1];1), rclone: ep($A[2];1), direct: ep($A[3];1), local: ep($A[4];1)},
-    announced_cold_s: {dataccel: ep($B[0];0), direct: ep($B[1];0)},
-    alone_warm_s: {dataccel: ep($B[0];1), local: ep($B[2];1)},
-    after_warm_s: {warm: ($warm_s|tonumber), epoch: ep($f[0].paths[0];0), direct: ep($f[0].paths[1];0)},
+  def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
+  def role: if test("/mnt-dataccel/") then "dataccel" elif test("/mnt-s3fs/") then "s3fs"
+    elif test("/mnt-rclone/") then "rclone" elif startswith("s3://") then "direct" else "local" end;
+  # every run of one path of a phase, epoch $i
+  def runs($phase; $who; $i): [$phase[0][] | .paths[] | select((.path | role) == $who) | ep($i)];
+  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def medians: with_entries(.value |= with_entries(.value |= median));
+  ($eoff[0].paths[0]) as $Eoff | ($edir[0].paths[0]) as $Edir | ($eann[0].paths[0]) as $Eann |
+  { cold: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: runs($a; .; 0)}) | from_entries),
+    warm: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: runs($a; .; 1)}) | from_entries),
+    announced_cold: {dataccel: runs($b; "dataccel"; 0), direct: runs($b; "direct"; 0)},
+    alone_warm: {dataccel: runs($b; "dataccel"; 1), local: runs($b; "local"; 1)},
+    after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)} } as $runs |
+  ($runs | medians) as $m |
+  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
+      readers: ($readers|tonumber), batch: ($batch|tonumber), repeats: ($repeats|tonumber)},
+    cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, after_warm_s: $m.after_warm,
+    runs_s: $runs,
     list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
-    prefetch_modes_4_readers_s: {off: ep($eoff[0].paths[0];0), dir_order: ep($edir[0].paths[0];0), announced: ep($eann[0].paths[0];0)},
+    prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
   | .targets = {
       "cold, no announcement: x the faster peer (>= 3)": (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel),
@@ -192,16 +221,24 @@ jq -n --slurpfile a "$OUT/A.json" --slurpfile b "$OUT/B.json" --slurpfile f "$OU
       "listing 10k: x s3fs (>= 10)": (.list_10k_s.s3fs / .list_10k_s.dataccel),
       "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib),
       "4 readers: announced x prefetch off (>= 3)": (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced) }' > "$OUT/summary.json"
+rm -f "$OUT"/*-runs.tmp
 jq -r '
-  "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers, batch \(.dataset.batch)\n",
-  "seconds (files/s)      cold              warm",
+  def s: . * 100 | round / 100;
+  def ms: . * 1000 | round;
+  # " [min-max]" over the runs, when there are several
+  def range($l; f): if ($l | length) > 1 then " [\($l | min | f)-\($l | max | f)]" else "" end;
+  .runs_s as $r |
+  "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers, batch \(.dataset.batch)",
+  "A, B, F: median of \(.dataset.repeats) runs [range]\n",
+  "seconds (files/s)      cold                     warm",
   (["dataccel","s3fs","rclone","direct","local"][] as $k |
-    "\($k|.+"            "|.[0:14]) \(.cold_s[$k]*100|round/100) (\(.dataset.files/.cold_s[$k]|round))    \(.warm_s[$k]*100|round/100) (\(.dataset.files/.warm_s[$k]|round))"),
-  "dataccel announced     \(.announced_cold_s.dataccel*100|round/100) (\(.dataset.files/.announced_cold_s.dataccel|round)); direct GETs beside it \(.announced_cold_s.direct*100|round/100)",
-  "after warm             warm \(.after_warm_s.warm*100|round/100) s, then epoch \(.after_warm_s.epoch*100|round/100) (\(.dataset.files/.after_warm_s.epoch|round)); direct GETs beside it \(.after_warm_s.direct*100|round/100)",
-  "warm, peers unmounted  dataccel \(.alone_warm_s.dataccel*1000|round) ms, local disk \(.alone_warm_s.local*1000|round) ms",
+    ("\(.cold_s[$k]|s) (\(.dataset.files/.cold_s[$k]|round))\(range($r.cold[$k]; s))" + "                         ") as $c |
+    "\($k|.+"            "|.[0:14]) \($c[0:25]) \(.warm_s[$k]|s) (\(.dataset.files/.warm_s[$k]|round))\(range($r.warm[$k]; s))"),
+  "dataccel announced     \(.announced_cold_s.dataccel|s) (\(.dataset.files/.announced_cold_s.dataccel|round))\(range($r.announced_cold.dataccel; s)); direct GETs beside it \(.announced_cold_s.direct|s)\(range($r.announced_cold.direct; s))",
+  "after warm             warm \(.after_warm_s.warm|s) s\(range($r.after_warm.warm; s)), then epoch \(.after_warm_s.epoch|s) (\(.dataset.files/.after_warm_s.epoch|round))\(range($r.after_warm.epoch; s)); direct GETs beside it \(.after_warm_s.direct|s)\(range($r.after_warm.direct; s))",
+  "warm, peers unmounted  dataccel \(.alone_warm_s.dataccel|ms) ms\(range($r.alone_warm.dataccel; ms)), local disk \(.alone_warm_s.local|ms) ms\(range($r.alone_warm.local; ms))",
   "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
   "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
-  "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced*100|round/100) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
-  (.targets | to_entries[] | "\(.key): \(.value*100|round/100)")' "$OUT/summary.json"
-echo; echo "JSON: $OUT/A.json $OUT/B.json $OUT/F.json $OUT/summary.json   HTML: $OUT/report.html"
+  "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off|s) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order|s) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced|s) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
+  (.targets | to_entries[] | "\(.key): \(.value|s)")' "$OUT/summary.json"
+echo; echo "JSON: $OUT/{A,B,F}-N.json $OUT/summary.json   HTML: $OUT/report.html"
