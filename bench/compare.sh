@@ -19,7 +19,8 @@
 # runs and its range, and the ratios are ratios of medians. One run of a two-core VM can land in a
 # slow spell of its host (first touches of fresh memory cost several times more for a minute), which
 # hits whatever touches fresh memory (a mount's page cache and RAM cache) and not direct GETs.
-# Writes $OUT/{A,B,F}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, and every
+# B also re-reads with --python-open: files opened as Python's open() opens them (before 3.14).
+# Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, and every
 # run under runs_s) and prints the table and the ratios.
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
@@ -136,6 +137,9 @@ for r in $(seq "$REPEATS"); do
   mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-B"
   "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --announce --json "$OUT/B-$r.json" \
     "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL"
+  # The same re-read opening files as Python's open() does before 3.14 (and so torchvision's
+  # default loader): one isatty() ioctl per file, which every FUSE mount must answer itself.
+  "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --python-open --json "$OUT/P-$r.json" "$OUT/mnt-dataccel/$DS" "$LOCAL"
   umount_dataccel "$OUT/mnt-dataccel"
 done
 
@@ -181,8 +185,8 @@ for mode in off dir announced; do
 done
 
 say "summary"
-for x in A B F; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
-jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" \
+for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
+jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" --slurpfile p "$OUT/P-runs.tmp" \
   --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
@@ -201,11 +205,12 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     warm: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: runs($a; .; 1)}) | from_entries),
     announced_cold: {dataccel: runs($b; "dataccel"; 0), direct: runs($b; "direct"; 0)},
     alone_warm: {dataccel: runs($b; "dataccel"; 1), local: runs($b; "local"; 1)},
+    python_open_warm: {dataccel: runs($p; "dataccel"; 0), local: runs($p; "local"; 0)},
     after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)} } as $runs |
   ($runs | medians) as $m |
   { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
       readers: ($readers|tonumber), batch: ($batch|tonumber), repeats: ($repeats|tonumber)},
-    cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, after_warm_s: $m.after_warm,
+    cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, python_open_warm_s: $m.python_open_warm, after_warm_s: $m.after_warm,
     runs_s: $runs,
     list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
@@ -218,6 +223,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
       "after warm: warm + epoch x direct-GET ceiling": (.after_warm_s.direct / (.after_warm_s.warm + .after_warm_s.epoch)),
       "warm: x local-disk re-read, peers unmounted (>= 0.9)": (.alone_warm_s.local / .alone_warm_s.dataccel),
       "warm: x local-disk re-read, peers mounted beside": (.warm_s.local / .warm_s.dataccel),
+      "warm, Python open(): x local-disk re-read": (.python_open_warm_s.local / .python_open_warm_s.dataccel),
       "listing 10k: x s3fs (>= 10)": (.list_10k_s.s3fs / .list_10k_s.dataccel),
       "peak RSS - RAM cache, MiB (<= 300)": (.dataccel_peak_rss_mib - .ram_cache_mib),
       "4 readers: announced x prefetch off (>= 3)": (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced) }' > "$OUT/summary.json"
@@ -237,8 +243,9 @@ jq -r '
   "dataccel announced     \(.announced_cold_s.dataccel|s) (\(.dataset.files/.announced_cold_s.dataccel|round))\(range($r.announced_cold.dataccel; s)); direct GETs beside it \(.announced_cold_s.direct|s)\(range($r.announced_cold.direct; s))",
   "after warm             warm \(.after_warm_s.warm|s) s\(range($r.after_warm.warm; s)), then epoch \(.after_warm_s.epoch|s) (\(.dataset.files/.after_warm_s.epoch|round))\(range($r.after_warm.epoch; s)); direct GETs beside it \(.after_warm_s.direct|s)\(range($r.after_warm.direct; s))",
   "warm, peers unmounted  dataccel \(.alone_warm_s.dataccel|ms) ms\(range($r.alone_warm.dataccel; ms)), local disk \(.alone_warm_s.local|ms) ms\(range($r.alone_warm.local; ms))",
+  "warm, Python open()   dataccel \(.python_open_warm_s.dataccel|ms) ms\(range($r.python_open_warm.dataccel; ms)), local disk \(.python_open_warm_s.local|ms) ms\(range($r.python_open_warm.local; ms))",
   "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
   "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
   "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off|s) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order|s) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced|s) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
   (.targets | to_entries[] | "\(.key): \(.value|s)")' "$OUT/summary.json"
-echo; echo "JSON: $OUT/{A,B,F}-N.json $OUT/summary.json   HTML: $OUT/report.html"
+echo; echo "JSON: $OUT/{A,B,F,P}-N.json $OUT/summary.json   HTML: $OUT/report.html"

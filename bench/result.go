@@ -40,6 +40,7 @@ type ResultConfig struct {
 	Seed              uint64  `json:"seed"`
 	DropCaches        bool    `json:"drop_caches"`
 	Announce          bool    `json:"announce"`
+	PythonOpen        bool    `json:"python_open,omitempty"`
 	TargetAU          float64 `json:"target_au"`
 }
 
@@ -174,7 +175,7 @@ func newResult(cfg RunConfig) *Result {
 			Profile: cfg.Profile, ComputePerSampleS: cfg.ComputePerSample.Seconds(), Accelerators: cfg.Accelerators,
 			Workers: cfg.Workers, Concurrency: cfg.Concurrency, Batch: cfg.Batch, Prefetch: cfg.Prefetch,
 			Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, Order: cfg.Order, Seed: cfg.Seed,
-			DropCaches: cfg.DropCaches, Announce: cfg.Announce, TargetAU: cfg.TargetAU,
+			DropCaches: cfg.DropCaches, Announce: cfg.Announce, PythonOpen: cfg.PythonOpen, TargetAU: cfg.TargetAU,
 		},
 		Paths:  []PathResult{},
 		Ratios: []Ratio{},

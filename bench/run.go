@@ -72,6 +72,9 @@ type RunConfig struct {
 	// Announce writes each epoch's order to the dataccel mount's control
 	// file before the epoch.
 	Announce bool
+	// PythonOpen makes directory sources open files as Python's open()
+	// does before 3.14 (see DirSource.PythonOpen).
+	PythonOpen bool
 	// FindMaxAccelerators searches the largest accelerator count with AU >= TargetAU.
 	FindMaxAccelerators bool
 	TargetAU            float64
@@ -169,6 +172,10 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 	var announceErr error
 	announced := 0
 	for i, src := range sources {
+		if d, ok := src.(DirSource); ok && cfg.PythonOpen {
+			d.PythonOpen = true
+			src = d
+		}
 		t0 := time.Now()
 		files, err := src.Files(ctx)
 		if err != nil {

@@ -236,6 +236,7 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 	fl.BoolVar(&cfg.FindMaxAccelerators, "find-max-accelerators", false, "search the largest accelerator count with AU >= --target-au")
 	fl.Float64Var(&cfg.TargetAU, "target-au", 0.9, "AU target for --find-max-accelerators")
 	fl.BoolVar(&cfg.DropCaches, "drop-caches", false, "drop the kernel page cache before each epoch (root only; warns otherwise)")
+	fl.BoolVar(&cfg.PythonOpen, "python-open", false, "open files of directory paths as Python's open() does before 3.14: each open also asks isatty() (ioctl TCGETS), which costs a FUSE mount one request per file")
 	fl.BoolVar(&cfg.Announce, "announce", false, "write each epoch's order to the dataccel mount's "+bench.ControlFile+" before the epoch")
 	fl.DurationVar(&cfg.RTT, "rtt", 0, "store round-trip time for the bounds (default: probed from an s3:// path)")
 	fl.StringVar(&bandwidth, "bandwidth", "", "store bandwidth for the bounds, bytes/s such as 1.2GB (default: probed from an s3:// path)")
