@@ -47,10 +47,11 @@ type Source interface {
 // no Python loader makes).
 type DirSource struct {
 	Root string
-	// PythonOpen makes each open also ask whether the file is a terminal
-	// (ioctl TCGETS), as Python's open() does before Python 3.14 unless
-	// given buffering=0: on a FUSE mount that is one request to the file
-	// system per file, which local files answer in the kernel.
+	// PythonOpen makes each open also fstat the file and ask whether it is
+	// a terminal (ioctl TCGETS), as Python's open() does before Python 3.14
+	// unless given buffering=0. The ioctl is what matters: a FUSE mount
+	// gets one request per file for it, which local files answer in the
+	// kernel.
 	PythonOpen bool
 }
 
