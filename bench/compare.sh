@@ -7,7 +7,7 @@
 #      ceiling) and a copy of the dataset on local disk;
 #   B. a cold epoch through a fresh dataccel mount with the order announced, beside direct GETs,
 #      then the warm re-read beside the local disk's (no peer mounted);
-#   C. listing a 10,000-file directory on fresh mounts;
+#   C. listing a 10,000-file directory on fresh mounts (REPEATS times; s3fs once);
 #   D. peak RSS of the dataccel mount process;
 #   F. `dataccel warm` into a fresh cache, then a cold epoch through a fresh mount using it, beside
 #      direct GETs (the issue's "or after warm");
@@ -15,11 +15,12 @@
 #      and in a shuffled order that is announced (the prefetch modes side by side).
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
 # --use-server-modtime (its best configuration).
-# A, B and F run REPEATS times (s3fs only in the first run of A: each of its epochs takes ten times
-# the others', and its run-to-run spread is small); the table shows each time's median over the
-# runs and its range, and the ratios are ratios of medians. One run of a two-core VM can land in a
-# slow spell of its host (first touches of fresh memory cost several times more for a minute), which
-# hits whatever touches fresh memory (a mount's page cache and RAM cache) and not direct GETs.
+# A, B, C and F run REPEATS times (s3fs only in the first run of A and C: each of its epochs and
+# listings takes ten times the others', and its run-to-run spread is small); the table shows each
+# time's median over the runs and its range, and the ratios are ratios of medians. One run of a
+# two-core VM can land in a slow spell of its host (first touches of fresh memory cost several
+# times more for a minute), which hits whatever touches fresh memory (a mount's page cache and RAM
+# cache) and not direct GETs.
 # B also re-reads with --python-open: files opened as Python's open() opens them (before 3.14).
 # Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, and every
 # run under runs_s) and prints the table and the ratios.
@@ -176,11 +177,18 @@ list_time() { # DIR -> seconds, with the server's metadata warm (a listing of it
   awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }"
 }
 FLAT=flat10k/$(ls "$S3_ROOT/flat10k" | head -n 1)
+# A listing is a handful of LIST requests that the server answers from its disk: one slow answer
+# moves the whole time, so dataccel and rclone list REPEATS times too (s3fs once, as in A).
+LIST_DC=() LIST_S3FS=() LIST_RC=()
 server_warm
-mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-C" --manifest off
-LIST_DC=$(list_time "$OUT/mnt-dataccel/$FLAT"); umount_dataccel "$OUT/mnt-dataccel"
-mount_peer s3fs "$OUT/mnt-s3fs"; LIST_S3FS=$(list_time "$OUT/mnt-s3fs/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
-mount_peer rclone-full "$OUT/mnt-rclone"; LIST_RC=$(list_time "$OUT/mnt-rclone/$FLAT"); "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+for r in $(seq "$REPEATS"); do
+  mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-C" --manifest off
+  LIST_DC+=("$(list_time "$OUT/mnt-dataccel/$FLAT")"); umount_dataccel "$OUT/mnt-dataccel"
+  if [[ $r == 1 ]]; then
+    mount_peer s3fs "$OUT/mnt-s3fs"; LIST_S3FS+=("$(list_time "$OUT/mnt-s3fs/$FLAT")"); "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
+  fi
+  mount_peer rclone-full "$OUT/mnt-rclone"; LIST_RC+=("$(list_time "$OUT/mnt-rclone/$FLAT")"); "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+done
 
 say "E. prefetch modes, 4 readers, cold each: --prefetch off, directory order, announced shuffled order"
 E_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 4 --batch "$BATCH" --compute-per-sample 0 --seed 7 --no-probe --rtt "${RTT_MS}ms" -q --epochs 1)
@@ -200,7 +208,8 @@ for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
 jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" --slurpfile p "$OUT/P-runs.tmp" \
   --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
-  --arg list_dc "$LIST_DC" --arg list_s3fs "$LIST_S3FS" --arg list_rc "$LIST_RC" --arg rss_kb "$RSS_KB" \
+  --argjson list_dc "[$(IFS=,; echo "${LIST_DC[*]}")]" --argjson list_s3fs "[$(IFS=,; echo "${LIST_S3FS[*]}")]" \
+  --argjson list_rc "[$(IFS=,; echo "${LIST_RC[*]}")]" --arg rss_kb "$RSS_KB" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
@@ -217,13 +226,14 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     announced_cold: {dataccel: runs($b; "dataccel"; 0), direct: runs($b; "direct"; 0)},
     alone_warm: {dataccel: runs($b; "dataccel"; 1), local: runs($b; "local"; 1)},
     python_open_warm: {dataccel: runs($p; "dataccel"; 0), local: runs($p; "local"; 0)},
-    after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)} } as $runs |
+    after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)},
+    list_10k: {dataccel: $list_dc, s3fs: $list_s3fs, rclone: $list_rc} } as $runs |
   ($runs | medians) as $m |
   { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
       readers: ($readers|tonumber), batch: ($batch|tonumber), repeats: ($repeats|tonumber)},
     cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, python_open_warm_s: $m.python_open_warm, after_warm_s: $m.after_warm,
     runs_s: $runs,
-    list_10k_s: {dataccel: ($list_dc|tonumber), s3fs: ($list_s3fs|tonumber), rclone: ($list_rc|tonumber)},
+    list_10k_s: $m.list_10k,
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
   | .targets = {
@@ -246,7 +256,7 @@ jq -r '
   def range($l; f): if ($l | length) > 1 then " [\($l | min | f)-\($l | max | f)]" else "" end;
   .runs_s as $r |
   "\(.dataset.prefix): files \(.dataset.files), \(.dataset.bytes/1e6|floor) MB, order \(.dataset.order), \(.dataset.rtt_ms) ms round trip, \(.dataset.readers) readers, batch \(.dataset.batch)",
-  "A, B, F: median of \(.dataset.repeats) runs [range]\n",
+  "A, B, C, F: median of \(.dataset.repeats) runs [range]\n",
   "seconds (files/s)      cold                     warm",
   (["dataccel","s3fs","rclone","direct","local"][] as $k |
     ("\(.cold_s[$k]|s) (\(.dataset.files/.cold_s[$k]|round))\(range($r.cold[$k]; s))" + "                         ") as $c |
@@ -255,7 +265,7 @@ jq -r '
   "after warm             warm \(.after_warm_s.warm|s) s\(range($r.after_warm.warm; s)), then epoch \(.after_warm_s.epoch|s) (\(.dataset.files/.after_warm_s.epoch|round))\(range($r.after_warm.epoch; s)); direct GETs beside it \(.after_warm_s.direct|s)\(range($r.after_warm.direct; s))",
   "warm, peers unmounted  dataccel \(.alone_warm_s.dataccel|ms) ms\(range($r.alone_warm.dataccel; ms)), local disk \(.alone_warm_s.local|ms) ms\(range($r.alone_warm.local; ms))",
   "warm, Python open()   dataccel \(.python_open_warm_s.dataccel|ms) ms\(range($r.python_open_warm.dataccel; ms)), local disk \(.python_open_warm_s.local|ms) ms\(range($r.python_open_warm.local; ms))",
-  "list 10k dir           dataccel \(.list_10k_s.dataccel)  s3fs \(.list_10k_s.s3fs)  rclone \(.list_10k_s.rclone)",
+  "list 10k dir           dataccel \(.list_10k_s.dataccel|ms/1000)\(range($r.list_10k.dataccel; .))  s3fs \(.list_10k_s.s3fs|ms/1000)  rclone \(.list_10k_s.rclone|ms/1000)\(range($r.list_10k.rclone; .))",
   "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
   "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off|s) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order|s) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced|s) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
   (.targets | to_entries[] | "\(.key): \(.value|s)")' "$OUT/summary.json"
