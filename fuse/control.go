@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -339,23 +340,54 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	order := make([]store.Object, 0, len(items))
-	for n, it := range items {
-		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e, ok := lookUp(dirs[it.dir].l, it.name)
-		if !ok || e.dir {
-			bad++
-			continue
-		}
-		order = append(order, e.obj)
+	order, err := lookUpAll(ctx, items, func(it item) (entry, bool) { return lookUp(dirs[it.dir].l, it.name) })
+	if err != nil {
+		return nil, err
 	}
+	bad += len(items) - len(order)
 	if bad > 0 {
 		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(order))
 	}
 	f.log.Info("announced order", "files", len(order))
 	return order, nil
+}
+
+// lookUpChunk is the fewest lines lookUpAll gives a goroutine of its own.
+const lookUpChunk = 4096
+
+// lookUpAll looks every item up and returns, in order, the objects of those
+// that name a file. A shuffled list touches a listing entry at random per
+// line, which costs cache misses more than computation, so a long list is
+// looked up in parts, one goroutine per core: an announcement is made
+// before its epoch starts, with the cores idle. Listings are immutable.
+func lookUpAll[I any](ctx context.Context, items []I, look func(I) (entry, bool)) ([]store.Object, error) {
+	order := make([]store.Object, len(items))
+	parts := max(1, min(runtime.GOMAXPROCS(0), len(items)/lookUpChunk))
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*len(items)/parts, (p+1)*len(items)/parts
+		wg.Go(func() {
+			for n := lo; n < hi; n++ {
+				if (n-lo)%lookUpChunk == 0 && ctx.Err() != nil {
+					return
+				}
+				if e, ok := look(items[n]); ok && !e.dir {
+					order[n] = e.obj // a file's key is never empty
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err // superseded by a longer list, or interrupted
+	}
+	kept := order[:0]
+	for _, o := range order {
+		if o.Key != "" {
+			kept = append(kept, o)
+		}
+	}
+	return kept, nil
 }
 
 // appendCleanRel appends p made relative to the mount root and cleaned as

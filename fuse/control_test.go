@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -392,4 +393,58 @@ func TestIsCleanRel(t *testing.T) {
 			t.Errorf("isCleanRel(%q) = %v, want %v", p, got, want)
 		}
 	}
+}
+
+// TestResolveLongList: a list long enough to be looked up in parts keeps
+// its order and drops exactly the lines that name no file (a missing name,
+// a directory), wherever they fall, part boundaries included; a cancelled
+// context is an error, not a shorter order.
+func TestResolveLongList(t *testing.T) {
+	objs := map[string][]byte{}
+	for d := range 3 {
+		for i := range 2000 {
+			objs[fmt.Sprintf("p/d%d/f%05d", d, i)] = nil
+		}
+		objs[fmt.Sprintf("p/d%d/sub/x", d)] = nil // d/sub is a directory
+	}
+	var list strings.Builder
+	var want []string
+	for n := range 5*lookUpChunk + 17 {
+		d, i := n%3, (n*7919)%2000
+		switch {
+		case n%1000 == 999 || n == lookUpChunk-1 || n == lookUpChunk:
+			fmt.Fprintf(&list, "d%d/missing%d\n", d, n)
+		case n%777 == 0:
+			fmt.Fprintf(&list, "d%d/sub\n", d)
+		default:
+			fmt.Fprintf(&list, "d%d/f%05d\n", d, i)
+			want = append(want, fmt.Sprintf("p/d%d/f%05d", d, i))
+		}
+	}
+	fsys := newFS(Config{Store: memStore{objs: objs}, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+	order, err := fsys.resolve(context.Background(), []byte(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(order))
+	for i, o := range order {
+		got[i] = o.Key
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("resolved %d files, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if order, err := fsys.resolve(ctx, []byte(list.String())); !errors.Is(err, context.Canceled) {
+		t.Fatalf("resolve with a cancelled context: %d files, err %v; want context.Canceled", len(order), err)
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
