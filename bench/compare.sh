@@ -177,8 +177,8 @@ list_time() { # DIR -> seconds, with the server's metadata warm (a listing of it
   awk "BEGIN { printf \"%.3f\", $EPOCHREALTIME - $t0 }"
 }
 FLAT=flat10k/$(ls "$S3_ROOT/flat10k" | head -n 1)
-# A listing is a handful of LIST requests that the server answers from its disk: one slow answer
-# moves the whole time, so dataccel and rclone list REPEATS times too (s3fs once, as in A).
+# A listing is a handful of LIST requests, each of which makes the server read the whole
+# directory: one slow answer moves the whole time, so it runs REPEATS times too.
 LIST_DC=() LIST_S3FS=() LIST_RC=()
 server_warm
 for r in $(seq "$REPEATS"); do
@@ -204,12 +204,13 @@ for mode in off dir announced; do
 done
 
 say "summary"
+json_list() { local IFS=,; echo "[$*]"; } # numbers -> a JSON array
 for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
 jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" --slurpfile p "$OUT/P-runs.tmp" \
   --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
-  --argjson list_dc "[$(IFS=,; echo "${LIST_DC[*]}")]" --argjson list_s3fs "[$(IFS=,; echo "${LIST_S3FS[*]}")]" \
-  --argjson list_rc "[$(IFS=,; echo "${LIST_RC[*]}")]" --arg rss_kb "$RSS_KB" \
+  --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
+  --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).

@@ -6,7 +6,8 @@
 // cost-performance ranking (Score).
 //
 // It owns the loader emulation, its statistics and the score formulas. It
-// does not own storage access (it reads directories with plain open/read/close system calls
-// and objects through store.Store), flags, environment or logging setup:
-// cmd/dataccel wires those in. It keeps no package-level mutable state.
+// does not own storage access (it reads directories with plain
+// open/read/close system calls and objects through store.Store), flags,
+// environment or logging setup: cmd/dataccel wires those in. It keeps no
+// package-level mutable state.
 package bench
