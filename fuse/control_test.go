@@ -395,10 +395,9 @@ func TestIsCleanRel(t *testing.T) {
 	}
 }
 
-// TestResolveLongList: a list long enough to be looked up in parts keeps
-// its order and drops exactly the lines that name no file (a missing name,
-// a directory), wherever they fall, part boundaries included; a cancelled
-// context is an error, not a shorter order.
+// TestResolveLongList: a list cut into parts, one goroutine each, keeps
+// its order exactly, with missing files and directories among its lines
+// (some at the cuts), and stops when its context is cancelled.
 func TestResolveLongList(t *testing.T) {
 	objs := map[string][]byte{}
 	for d := range 3 {
@@ -409,34 +408,75 @@ func TestResolveLongList(t *testing.T) {
 	}
 	var list strings.Builder
 	var want []string
-	for n := range 5*lookUpChunk + 17 {
+	for n := range 20017 {
 		d, i := n%3, (n*7919)%2000
 		switch {
-		case n%1000 == 999 || n == lookUpChunk-1 || n == lookUpChunk:
+		case n%1000 == 999 || n%1001 == 0:
 			fmt.Fprintf(&list, "d%d/missing%d\n", d, n)
 		case n%777 == 0:
 			fmt.Fprintf(&list, "d%d/sub\n", d)
+		case n%555 == 0:
+			fmt.Fprintf(&list, "  ./d%d//f%05d \n\n", d, i) // cleaned; a blank line
+			want = append(want, fmt.Sprintf("p/d%d/f%05d", d, i))
 		default:
 			fmt.Fprintf(&list, "d%d/f%05d\n", d, i)
 			want = append(want, fmt.Sprintf("p/d%d/f%05d", d, i))
 		}
 	}
 	fsys := newFS(Config{Store: memStore{objs: objs}, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
-	order, err := fsys.resolve(context.Background(), []byte(list.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]string, len(order))
-	for i, o := range order {
-		got[i] = o.Key
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("resolved %d files, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+	for _, parts := range []int{1, 2, 3, 7, 64} {
+		order, err := fsys.resolveIn(context.Background(), []byte(list.String()), parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]string, len(order))
+		for i, o := range order {
+			got[i] = o.Key
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d parts: resolved %d files, want %d; first difference at %d", parts, len(got), len(want), firstDiff(got, want))
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if order, err := fsys.resolve(ctx, []byte(list.String())); !errors.Is(err, context.Canceled) {
+	if order, err := fsys.resolveIn(ctx, []byte(list.String()), 2); !errors.Is(err, context.Canceled) {
 		t.Fatalf("resolve with a cancelled context: %d files, err %v; want context.Canceled", len(order), err)
+	}
+}
+
+// TestCutLines: the parts put together are the list, and each but the last
+// ends a line.
+func TestCutLines(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		n    int
+	}{
+		{"", 3},
+		{"a\n", 1},
+		{"a\n", 4},
+		{"a\nb\nc\nd\n", 2},
+		{"a\nb\nc\nd", 3},
+		{"a\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\nc\n", 3}, // a line longer than a part
+		{"no line end at all", 4},
+		{strings.Repeat("train/n01440764/n01440764_10026.JPEG\n", 1000), 7},
+	} {
+		parts := cutLines([]byte(tc.data), tc.n)
+		if len(parts) > tc.n {
+			t.Errorf("%q in %d: %d parts", tc.data, tc.n, len(parts))
+		}
+		var joined strings.Builder
+		for i, p := range parts {
+			if len(p.data) == 0 {
+				t.Errorf("%q in %d: part %d is empty", tc.data, tc.n, i)
+			}
+			if i < len(parts)-1 && p.data[len(p.data)-1] != '\n' {
+				t.Errorf("%q in %d: part %d does not end a line: %q", tc.data, tc.n, i, p.data)
+			}
+			joined.Write(p.data)
+		}
+		if joined.String() != tc.data {
+			t.Errorf("%q in %d: parts put together are %q", tc.data, tc.n, joined.String())
+		}
 	}
 }
 

@@ -43,7 +43,7 @@ type planner struct {
 	epoch int            // guarded by mu: bumped by every Announce
 	order []store.Object // guarded by mu: announced order
 	cum   []int64        // guarded by mu: cum[i] = prefetch bytes of order[:i]
-	index map[string]int // guarded by mu: key -> first index in order
+	index *orderIndex    // guarded by mu: finds a key in order
 	pos   int            // guarded by mu: highest index opened (-1: none)
 	low   int            // guarded by mu: lowest index not opened
 	seen  []bool         // guarded by mu: seen[i]: order[i] was opened
@@ -97,7 +97,7 @@ func newPlanner(l *Loader) *planner {
 		dirs:  make(map[string]*dirState),
 		sib:   l.opts.Siblings,
 		pos:   -1,
-		index: map[string]int{},
+		index: newOrderIndex(nil),
 	}
 }
 
@@ -123,19 +123,15 @@ func (p *planner) setSiblings(s Siblings) {
 }
 
 // announce starts a new epoch. The planner keeps order (it must not be
-// modified afterwards) and indexes it once.
+// modified afterwards); its index is built by the first open that needs it.
 func (p *planner) announce(order []store.Object) {
 	cum := make([]int64, len(order)+1)
-	index := make(map[string]int, len(order))
 	for i, o := range order {
 		cum[i+1] = cum[i] + p.l.prefetchBytes(o)
-		if _, dup := index[o.Key]; !dup {
-			index[o.Key] = i
-		}
 	}
 	p.mu.Lock()
 	p.epoch++
-	p.order, p.cum, p.index = order, cum, index
+	p.order, p.cum, p.index = order, cum, newOrderIndex(order)
 	p.seen = make([]bool, len(order))
 	p.sched = make([]bool, len(order))
 	p.pos, p.low, p.next = -1, 0, 0
@@ -149,8 +145,19 @@ func (p *planner) announce(order []store.Object) {
 // and tracks directories in open order, which an asynchronous queue would
 // scramble.
 func (p *planner) opened(obj store.Object) Siblings {
+	var i int
+	var announced bool
 	p.mu.Lock()
-	i, announced := p.index[obj.Key]
+	for {
+		index := p.index
+		p.mu.Unlock()
+		i, announced = index.find(obj.Key) // outside mu: the first find builds it
+		p.mu.Lock()
+		if index == p.index {
+			break
+		}
+		// A new epoch was announced meanwhile: find the file in its order.
+	}
 	if announced {
 		// A jump ahead is a new reader (a data-loader worker starting its
 		// batch) or a skip; readers behind it that stop opening files fall
@@ -170,6 +177,34 @@ func (p *planner) opened(obj store.Object) Siblings {
 		p.dirEvent(sib, obj.Key)
 	}
 	return sib
+}
+
+// orderIndex finds a key's first index in an announced order. It is built
+// when first asked, not when the order is announced: an epoch read from the
+// page cache (a warm re-read) never asks, and the announcement, which the
+// job waits for, does not pay for it: hashing every key of a shuffled order
+// touches each at random, a cache miss or two per file.
+type orderIndex struct {
+	order []store.Object
+	once  sync.Once
+	index map[string]int // written once, by the first find
+}
+
+func newOrderIndex(order []store.Object) *orderIndex { return &orderIndex{order: order} }
+
+// find returns the first index of key in the order. Concurrent callers wait
+// for the one that builds the index.
+func (x *orderIndex) find(key string) (int, bool) {
+	x.once.Do(func() {
+		x.index = make(map[string]int, len(x.order))
+		for i, o := range x.order {
+			if _, dup := x.index[o.Key]; !dup {
+				x.index[o.Key] = i
+			}
+		}
+	})
+	i, ok := x.index[key]
+	return i, ok
 }
 
 // maxHeads bounds the reader positions followed: more than the workers of

@@ -421,3 +421,29 @@ func TestPrefetchBytesInFlight(t *testing.T) {
 		t.Errorf("peak %d GETs in flight; want <= 4", peak)
 	}
 }
+
+// TestOrderIndex: a key's first index in the order, for every caller at
+// once (the first builds the index, the others wait for it).
+func TestOrderIndex(t *testing.T) {
+	keys := []string{"a", "b", "a", "c", "b"}
+	order := make([]store.Object, len(keys))
+	for i, k := range keys {
+		order[i] = store.Object{Key: k}
+	}
+	want := map[string]int{"a": 0, "b": 1, "c": 3}
+	x := newOrderIndex(order)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for k, w := range want {
+				if i, ok := x.find(k); !ok || i != w {
+					t.Errorf("find(%q) = %d, %v; want %d", k, i, ok, w)
+				}
+			}
+			if i, ok := x.find("d"); ok {
+				t.Errorf("find(d) = %d, true; want not found", i)
+			}
+		})
+	}
+	wg.Wait()
+}
