@@ -1,6 +1,8 @@
 // Package testenv starts the real S3-compatible server (versitygw, POSIX
 // backend) that tests talk to, on a free loopback port with fresh credentials
-// and a temporary directory, and creates buckets and fixtures in it. It also
+// and a temporary directory, and creates buckets and fixtures in it. A server
+// dies with the process that started it (on Linux), even when a panic or a
+// test timeout skips its Stop. It also
 // settles FUSE polling for tests that read mounts their own process serves
 // (SettleFUSEPoll).
 //
@@ -40,6 +42,7 @@ type Server struct {
 	Dir       string // backing directory: Dir/BUCKET/KEY
 
 	cmd     *exec.Cmd
+	done    chan struct{} // closed by Stop: releases the thread that started cmd
 	logf    *os.File
 	buckets atomic.Int64
 }
@@ -99,7 +102,8 @@ func Start() (*Server, error) {
 	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
 		"--keep-alive", "--quiet", "--port", s.Addr, "posix", s.Dir)
 	s.cmd.Stdout, s.cmd.Stderr = s.logf, s.logf
-	if err := s.cmd.Start(); err != nil {
+	s.done = make(chan struct{})
+	if err := startOwned(s.cmd, s.done); err != nil {
 		return nil, fmt.Errorf("start versitygw: %w", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -123,6 +127,10 @@ func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
+	}
+	if s.done != nil {
+		close(s.done)
+		s.done = nil
 	}
 	if s.logf != nil {
 		s.logf.Close()
