@@ -2,9 +2,8 @@
 // backend) that tests talk to, on a free loopback port with fresh credentials
 // and a temporary directory, and creates buckets and fixtures in it. A server
 // dies with the process that started it (on Linux), even when a panic or a
-// test timeout skips its Stop. It also
-// settles FUSE polling for tests that read mounts their own process serves
-// (SettleFUSEPoll).
+// test timeout skips its Stop. It also settles FUSE polling for tests that
+// read mounts their own process serves (SettleFUSEPoll).
 //
 // It is for tests and the local demo tools (internal/tools). It does not install the server: `make test-deps`
 // (run by `make test`) does; a missing binary is a test failure with a clear
