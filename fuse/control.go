@@ -293,26 +293,23 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		key string // prefix + directory, ending in "/" (or the prefix alone)
 		l   *listing
 	}
-	var dirs []*dirListing
 	byDir := map[string]*dirListing{}
 	for _, p := range parts {
 		for _, d := range p.dirs {
-			if _, ok := byDir[d]; !ok {
-				dl := &dirListing{key: f.cfg.Prefix + d}
-				byDir[d] = dl
-				dirs = append(dirs, dl)
+			if byDir[d] == nil {
+				byDir[d] = &dirListing{key: f.cfg.Prefix + d}
 			}
 		}
 	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, d := range dirs {
+	for _, d := range byDir {
 		if d.l = f.ns.cached(d.key); d.l != nil {
 			continue
 		}
 		g.Go(func() error {
 			l, err := f.ns.list(gctx, d.key)
-			d.l = l // each goroutine writes its own element
+			d.l = l // each goroutine writes its own directory
 			return err
 		})
 	}
@@ -334,7 +331,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	off := 0
 	for _, p := range parts {
 		out := order[off : off+len(p.items)]
-		wg.Go(func() { p.lookUp(ctx, out) })
+		wg.Go(func() { p.find(ctx, out) })
 		off += len(p.items)
 	}
 	wg.Wait()
@@ -419,18 +416,18 @@ func (p *linePart) parse(ctx context.Context) error {
 			p.bad++ // longer than any key of the store
 			continue
 		}
-		path := line
-		if !isCleanRel(path) {
+		rel := line
+		if !isCleanRel(rel) {
 			start := len(cleaned)
-			cleaned = appendCleanRel(cleaned, path) // rooted: ".." cannot climb out
-			path = cleaned[start:len(cleaned):len(cleaned)]
+			cleaned = appendCleanRel(cleaned, rel) // rooted: ".." cannot climb out
+			rel = cleaned[start:len(cleaned):len(cleaned)]
 		}
-		if len(path) == 0 || bytes.HasPrefix(path, controlDir) {
+		if len(rel) == 0 || bytes.HasPrefix(rel, controlDir) {
 			p.bad++
 			continue
 		}
-		slash := bytes.LastIndexByte(path, '/') + 1
-		if dir := path[:slash]; last < 0 || !bytes.Equal(dir, lastDir) {
+		slash := bytes.LastIndexByte(rel, '/') + 1
+		if dir := rel[:slash]; last < 0 || !bytes.Equal(dir, lastDir) {
 			d, ok := dirIndex[string(dir)]
 			if !ok {
 				d = len(p.dirs)
@@ -439,13 +436,13 @@ func (p *linePart) parse(ctx context.Context) error {
 			}
 			last, lastDir = d, dir
 		}
-		p.items = append(p.items, lineItem{dir: last, name: path[slash:]})
+		p.items = append(p.items, lineItem{dir: last, name: rel[slash:]})
 	}
 	return nil
 }
 
-// lookUp writes to order[i] the object of item i when it names a file.
-func (p *linePart) lookUp(ctx context.Context, order []store.Object) {
+// find writes to order[i] the object of item i when it names a file.
+func (p *linePart) find(ctx context.Context, order []store.Object) {
 	for i, it := range p.items {
 		if i%4096 == 0 && ctx.Err() != nil {
 			return
