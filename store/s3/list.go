@@ -60,9 +60,9 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 		return ctx.Err()
 	}
 	defer func() { <-l.slots }()
-	token := ""
+	token, ask := "", 0
 	for pages := 0; ; pages++ {
-		pg, err := l.s.listPage(ctx, l.prefix, l.recursive, after, token)
+		pg, err := l.s.listPage(ctx, l.prefix, l.recursive, after, token, ask)
 		if err != nil {
 			return err
 		}
@@ -91,6 +91,17 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 		}
 		if pages == 0 && cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
 			upTo = l.split(ctx, pg.keys(), upTo)
+		}
+		// A server fills every page it can, past the range's bound too, and
+		// may pay for each key it sends (versitygw reads each file's
+		// metadata): the range's second page asks for about what is guessed
+		// to be left before the bound. A low guess costs one more page; the
+		// pages after it are full.
+		ask = 0
+		if pages == 0 && upTo != "" {
+			if rest := restGuess(pg.keys(), len(l.prefix), upTo); rest+rest/4+2 < l.s.pageKeys() {
+				ask = rest + rest/4 + 2
+			}
 		}
 		token = pg.next
 	}
@@ -147,7 +158,7 @@ func splitPoints(page []string, keep int, upTo string, max int) []string {
 	}
 	for q := min(p, len(hi)-1); q >= keep; q-- {
 		head := hi[:q]
-		alpha, most := alphabet(page, head)
+		alpha, most, _ := alphabet(page, head)
 		var cands []string
 		for _, c := range alpha {
 			if c > hi[q] && c != '/' {
@@ -168,33 +179,63 @@ func splitPoints(page []string, keep int, upTo string, max int) []string {
 	return nil
 }
 
+// restGuess guesses how many keys lie past every key of page and up to
+// upTo, as splitPoints does, at every position of the page's last key where
+// the page's keys differ: each character that may come there past the last
+// key's own, below upTo, holds as many keys as the fullest one seen. The
+// characters that may come there are those of the classes the page has
+// there and, where upTo shares the position, upTo's (hex names: a page of
+// 8... and 9... keys in a range up to c).
+func restGuess(page []string, keep int, upTo string) int {
+	if len(page) == 0 {
+		return 0
+	}
+	hi := slices.Max(page)
+	rest := 0
+	for q := keep; q < len(hi); q++ {
+		head := hi[:q]
+		alpha, most, under := alphabet(page, head)
+		if under < 2 {
+			break // only the last key itself goes on
+		}
+		if len(upTo) > q && strings.HasPrefix(upTo, head) {
+			from, to := class(upTo[q])
+			for c := int(from); c <= int(to); c++ {
+				alpha = append(alpha, byte(c))
+			}
+			slices.Sort(alpha)
+			alpha = slices.Compact(alpha)
+		}
+		for _, c := range alpha {
+			if c <= hi[q] || c == '/' {
+				continue
+			}
+			if head+string([]byte{c}) >= upTo {
+				break
+			}
+			rest += most
+		}
+	}
+	return rest
+}
+
 // alphabet returns, sorted, the characters that may follow head: those the
-// page's keys have there, widened to their whole class; and the most keys
-// that share one of them.
-func alphabet(page []string, head string) ([]byte, int) {
+// page's keys have there, widened to their whole class; the most keys that
+// share one of them; and how many keys go on past head.
+func alphabet(page []string, head string) ([]byte, int, int) {
 	var seen [256]bool
 	var count [256]int
+	under := 0
 	for _, k := range page {
 		if len(k) <= len(head) || !strings.HasPrefix(k, head) {
 			continue
 		}
+		under++
 		c := k[len(head)]
 		count[c]++
-		switch {
-		case c >= '0' && c <= '9':
-			for d := byte('0'); d <= '9'; d++ {
-				seen[d] = true
-			}
-		case c >= 'a' && c <= 'z':
-			for d := byte('a'); d <= 'z'; d++ {
-				seen[d] = true
-			}
-		case c >= 'A' && c <= 'Z':
-			for d := byte('A'); d <= 'Z'; d++ {
-				seen[d] = true
-			}
-		default:
-			seen[c] = true
+		from, to := class(c)
+		for d := int(from); d <= int(to); d++ {
+			seen[d] = true
 		}
 	}
 	var out []byte
@@ -203,7 +244,21 @@ func alphabet(page []string, head string) ([]byte, int) {
 			out = append(out, byte(c))
 		}
 	}
-	return out, slices.Max(count[:])
+	return out, slices.Max(count[:]), under
+}
+
+// class returns the range of characters c stands for: digits, lower case,
+// upper case, or c alone.
+func class(c byte) (lo, hi byte) {
+	switch {
+	case c >= '0' && c <= '9':
+		return '0', '9'
+	case c >= 'a' && c <= 'z':
+		return 'a', 'z'
+	case c >= 'A' && c <= 'Z':
+		return 'A', 'Z'
+	}
+	return c, c
 }
 
 // spread keeps at most max of pts, evenly spaced.

@@ -1,10 +1,12 @@
 package s3_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,15 +24,28 @@ import (
 )
 
 // listCounter is a reverse proxy in front of the server that counts LIST
-// requests.
-func listCounter(t *testing.T) (endpoint string, lists *atomic.Int64) {
+// requests and the entries (keys and common prefixes) their answers hold.
+func listCounter(t *testing.T) (endpoint string, lists, entries *atomic.Int64) {
 	t.Helper()
 	u, err := url.Parse(srv.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists = new(atomic.Int64)
+	lists, entries = new(atomic.Int64), new(atomic.Int64)
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if !resp.Request.URL.Query().Has("list-type") {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		entries.Add(int64(bytes.Count(body, []byte("<Key>")) + bytes.Count(body, []byte("<CommonPrefixes>"))))
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return nil
+	}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Query().Has("list-type") {
 			lists.Add(1)
@@ -38,7 +53,7 @@ func listCounter(t *testing.T) (endpoint string, lists *atomic.Int64) {
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
-	return ts.URL, lists
+	return ts.URL, lists, entries
 }
 
 // TestSplitListing lists directories named in several styles with small
@@ -80,7 +95,7 @@ func TestSplitListing(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	endpoint, lists := listCounter(t)
+	endpoint, lists, sent := listCounter(t)
 	open := func(parallel int) *s3.Store {
 		cfg := srv.Config(base.Bucket())
 		cfg.Endpoint, cfg.ListPage, cfg.ListParallel = endpoint, 10, parallel
@@ -90,19 +105,19 @@ func TestSplitListing(t *testing.T) {
 		}
 		return st
 	}
-	list := func(st *s3.Store, prefix string, recursive bool) ([]string, int64) {
+	list := func(st *s3.Store, prefix string, recursive bool) (got []string, reqs, entries int64) {
 		t.Helper()
-		before := lists.Load()
-		got := listed(t, st, prefix, recursive)
-		return got, lists.Load() - before
+		reqs, entries = lists.Load(), sent.Load()
+		got = listed(t, st, prefix, recursive)
+		return got, lists.Load() - reqs, sent.Load() - entries
 	}
 	serial, parallel := open(1), open(8)
 	for _, c := range cases {
 		for _, recursive := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/recursive=%v", c.name, recursive), func(t *testing.T) {
 				prefix := "d-" + c.name + "/"
-				want, pages := list(serial, prefix, recursive)
-				got, reqs := list(parallel, prefix, recursive)
+				want, pages, _ := list(serial, prefix, recursive)
+				got, reqs, entries := list(parallel, prefix, recursive)
 				if len(want) == 0 {
 					t.Fatal("the serial listing is empty")
 				}
@@ -116,10 +131,52 @@ func TestSplitListing(t *testing.T) {
 				if limit := pages + 2*32; reqs > limit {
 					t.Errorf("split listing took %d LIST requests, serial %d: want at most %d", reqs, pages, limit)
 				}
-				t.Logf("%d entries: %d requests split, %d serial", len(got), reqs, pages)
+				t.Logf("%d entries: %d requests split (%d entries sent), %d serial", len(got), reqs, entries, pages)
 			})
 		}
 	}
+}
+
+// TestSplitListingStopsNearBounds lists 1,000 keys named as ImageNet's
+// (n01440764_0 to _999, not zero-padded) in pages of 100, as a directory of
+// 10,000 such files is listed in pages of 1,000. The split cuts it into 8
+// ranges of 111 keys; a range's second page used to be full, 11 keys in the
+// range and 89 past it, which a server reads for nothing (versitygw reads
+// each key's file metadata). It asks for about the 11 now.
+func TestSplitListingStopsNearBounds(t *testing.T) {
+	ctx := context.Background()
+	base := srv.NewBucket(t)
+	const n = 1000
+	var want []string
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		key := fmt.Sprintf("d/n01440764_%d.JPEG", i)
+		want = append(want, key)
+		g.Go(func() error {
+			_, err := base.Put(ctx, key, strings.NewReader("x"), 1)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	endpoint, lists, sent := listCounter(t)
+	cfg := srv.Config(base.Bucket())
+	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = endpoint, 100, 8
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := listed(t, st, "d/", false)
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %d keys, want %d\nmissing: %v\nextra: %v", len(got), len(want), minus(want, got), minus(got, want))
+	}
+	if limit := int64(n + n/4); sent.Load() > limit {
+		t.Errorf("the server sent %d keys in %d pages to list %d: want at most %d", sent.Load(), lists.Load(), n, limit)
+	}
+	t.Logf("%d keys: the server sent %d in %d pages", n, sent.Load(), lists.Load())
 }
 
 // listed lists prefix and returns the keys sorted, common prefixes marked

@@ -43,8 +43,17 @@ func (p *page) keys() []string {
 	return append(out, p.prefixes...)
 }
 
-// listPage requests one page of ListObjectsV2.
-func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, startAfter, token string) (*page, error) {
+// pageKeys is the number of keys a full LIST page holds.
+func (s *Store) pageKeys() int {
+	if s.listPageKeys > 0 {
+		return s.listPageKeys
+	}
+	return 1000 // S3's default and most
+}
+
+// listPage requests one page of ListObjectsV2, of at most maxKeys keys (0:
+// a full page).
+func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, startAfter, token string, maxKeys int) (*page, error) {
 	q := url.Values{"list-type": {"2"}, "encoding-type": {"url"}, "fetch-owner": {"false"}, "prefix": {prefix}}
 	if !recursive {
 		q.Set("delimiter", "/")
@@ -55,8 +64,11 @@ func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, sta
 	if token != "" {
 		q.Set("continuation-token", token)
 	}
-	if s.listPageKeys > 0 {
-		q.Set("max-keys", strconv.Itoa(s.listPageKeys))
+	if maxKeys <= 0 {
+		maxKeys = s.listPageKeys
+	}
+	if maxKeys > 0 {
+		q.Set("max-keys", strconv.Itoa(maxKeys))
 	}
 	u, err := s.presigner.Presign(ctx, http.MethodGet, s.bucket, "", 15*time.Minute, q)
 	if err != nil {
