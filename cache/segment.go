@@ -21,8 +21,10 @@ type segment struct {
 	path string
 	f    *os.File
 	hdr  int64 // bytes before the first record: the header and its padding
-	// df is f's twin opened with O_DIRECT, for appends, on segments this
-	// run creates while direct I/O works; nil otherwise.
+	// df is f's twin opened with O_DIRECT, while direct I/O works: for
+	// appends on segments this run creates, and for reads of aligned
+	// records (readDirect) of those and of earlier runs' aligned segments;
+	// nil otherwise.
 	df *os.File
 	// refs: one for the Disk's table (dropped when the segment is removed
 	// or the Disk closes) plus one per I/O in progress; the last release
@@ -241,7 +243,7 @@ func (d *Disk) createSegment() (*segment, error) {
 		}
 		s := &segment{seq: seq, path: path, f: f, hdr: int64(len(hdr)), size: int64(len(hdr)), dead: int64(len(hdr))}
 		if d.align > 0 && d.direct.Load() {
-			if df, err := os.OpenFile(path, os.O_WRONLY|syscall.O_DIRECT, 0); err == nil {
+			if df, err := os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT, 0); err == nil {
 				s.df = df
 			} else {
 				d.direct.Store(false)

@@ -1,0 +1,61 @@
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"math/bits"
+	"sync"
+	"unsafe"
+)
+
+// A disk hit read through the page cache costs a page-cache copy of the
+// block beside the one the caller makes: fresh pages each time (on a VM
+// that hands freed memory back to its host, the dearest part of a read),
+// and pages that push the mount's own page cache out. An aligned record of
+// a segment with a direct twin is read with direct I/O instead, into
+// pooled page-aligned memory, and its raw bytes copied out.
+
+// dioBufs pools page-aligned buffers for direct reads, by power-of-two size.
+type dioBufs struct {
+	classes [64]sync.Pool // of *[]byte, class c holding buffers of 1<<c bytes
+}
+
+// get returns n bytes of page-aligned memory.
+func (p *dioBufs) get(n int64) []byte {
+	c := bits.Len64(uint64(n - 1))
+	if v, ok := p.classes[c].Get().(*[]byte); ok {
+		return (*v)[:n]
+	}
+	size := 1 << c
+	b := make([]byte, size+dioAlign)
+	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (dioAlign - 1))
+	return b[skip : skip+int(n) : skip+size]
+}
+
+// put gives b, from get, back.
+func (p *dioBufs) put(b []byte) {
+	b = b[:cap(b)]
+	p.classes[bits.Len64(uint64(len(b)-1))].Put(&b)
+}
+
+// readDirect reads the record at loc with direct I/O and decodes it for k,
+// returning a copy of its raw bytes; err is set for a record that fails its
+// checks. ok is false when direct I/O does not apply (no direct twin, a
+// record not aligned) or the read failed or came back short: the caller
+// then reads through the page cache, whose errors tell a segment cut short
+// (corrupt) from a failing disk.
+func (d *Disk) readDirect(k Key, loc recLoc) (raw []byte, ok bool, err error) {
+	if loc.seg.df == nil || loc.off%dioAlign != 0 || loc.n%dioAlign != 0 {
+		return nil, false, nil
+	}
+	buf := d.dio.get(loc.n)
+	defer d.dio.put(buf)
+	if n, err := loc.seg.df.ReadAt(buf, loc.off); err != nil || int64(n) != loc.n {
+		return nil, false, nil
+	}
+	raw, err = decodeBlock(buf, k)
+	if err != nil {
+		return nil, true, fmt.Errorf("direct read: %w", err)
+	}
+	return bytes.Clone(raw), true, nil
+}
