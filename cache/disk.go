@@ -47,10 +47,11 @@ type DiskOptions struct {
 	// Writers is the number of background writer goroutines (default 2,
 	// 4 with direct I/O); each appends to its own segment.
 	Writers int
-	// Buffered writes through the page cache. By default writes use direct
-	// I/O where the file system supports it (statx reports its alignment):
-	// the page cache would hold a second copy of what the RAM tier holds,
-	// and filling it costs more CPU than the write itself. Records are then
+	// Buffered writes through the page cache. By default writes, and reads
+	// of the aligned records, use direct I/O where the file system supports
+	// it (statx reports its alignment): the page cache would hold a second
+	// copy of what the RAM tier (or, for a read, the caller) holds, and
+	// filling it costs more CPU than the I/O itself. Records are then
 	// aligned to 4 KiB (the padding counts as theirs).
 	Buffered bool
 	// Logger receives the one warning when the tier disables itself
