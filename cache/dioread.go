@@ -1,8 +1,6 @@
 package cache
 
 import (
-	"bytes"
-	"fmt"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -13,7 +11,7 @@ import (
 // that hands freed memory back to its host, the dearest part of a read),
 // and pages that push the mount's own page cache out. An aligned record of
 // a segment with a direct twin is read with direct I/O instead, into
-// pooled page-aligned memory, and its raw bytes copied out.
+// pooled page-aligned memory, and its raw bytes copied out (Disk.Get).
 
 // dioBufs pools page-aligned buffers for direct reads, by power-of-two size.
 type dioBufs struct {
@@ -38,24 +36,20 @@ func (p *dioBufs) put(b []byte) {
 	p.classes[bits.Len64(uint64(len(b)-1))].Put(&b)
 }
 
-// readDirect reads the record at loc with direct I/O and decodes it for k,
-// returning a copy of its raw bytes; err is set for a record that fails its
-// checks. ok is false when direct I/O does not apply (no direct twin, a
-// record not aligned) or the read failed or came back short: the caller
-// then reads through the page cache, whose errors tell a segment cut short
-// (corrupt) from a failing disk.
-func (d *Disk) readDirect(k Key, loc recLoc) (raw []byte, ok bool, err error) {
+// readDirect reads the record at loc with direct I/O into memory from
+// d.dio, which the caller gives back once done with it. It returns false
+// when direct I/O does not apply (no direct twin, a record not aligned) or
+// the read failed or came back short: the caller then reads through the
+// page cache, whose errors tell a segment cut short (corrupt) from a
+// failing disk.
+func (d *Disk) readDirect(loc recLoc) ([]byte, bool) {
 	if loc.seg.df == nil || loc.off%dioAlign != 0 || loc.n%dioAlign != 0 {
-		return nil, false, nil
+		return nil, false
 	}
 	buf := d.dio.get(loc.n)
-	defer d.dio.put(buf)
 	if n, err := loc.seg.df.ReadAt(buf, loc.off); err != nil || int64(n) != loc.n {
-		return nil, false, nil
+		d.dio.put(buf)
+		return nil, false
 	}
-	raw, err = decodeBlock(buf, k)
-	if err != nil {
-		return nil, true, fmt.Errorf("direct read: %w", err)
-	}
-	return bytes.Clone(raw), true, nil
+	return buf, true
 }

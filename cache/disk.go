@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -156,8 +157,8 @@ type Disk struct {
 	// align is the record alignment of the segments this run creates
 	// (0: back to back), set at open.
 	align int64
-	// direct: appends use O_DIRECT; cleared for good when the file system
-	// refuses it.
+	// direct: appends, and reads of aligned records, use O_DIRECT; cleared
+	// for good when the file system refuses a direct write.
 	direct atomic.Bool
 	dio    dioBufs // memory for direct reads
 }
@@ -486,19 +487,12 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}
-	if raw, ok, err := d.readDirect(k, loc); ok {
-		loc.seg.release()
-		if err != nil {
-			d.corrupt(id, loc, err)
-			d.stats.DiskMisses.Add(1)
-			return nil, false
-		}
-		d.stats.DiskHits.Add(1)
-		d.stats.DiskReadBytes.Add(int64(len(raw)))
-		return raw, true
+	buf, pooled := d.readDirect(loc)
+	var err error
+	if !pooled {
+		buf = make([]byte, loc.n)
+		_, err = loc.seg.f.ReadAt(buf, loc.off)
 	}
-	buf := make([]byte, loc.n)
-	_, err := loc.seg.f.ReadAt(buf, loc.off)
 	loc.seg.release()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -511,6 +505,12 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 		return nil, false
 	}
 	raw, err := decodeBlock(buf, k)
+	if pooled {
+		if err == nil {
+			raw = bytes.Clone(raw) // buf goes back to the pool
+		}
+		d.dio.put(buf)
+	}
 	if err != nil {
 		d.corrupt(id, loc, err)
 		d.stats.DiskMisses.Add(1)

@@ -1746,22 +1746,13 @@ func TestDiskDirectReadsSkipPageCache(t *testing.T) {
 		k := testKey(keyName(i), 1)
 		sizes[k] = 1 + i*5000
 	}
-	d := openDisk(t, opts)
-	for k, n := range sizes {
-		d.Put(k, blockFor(k, n))
-	}
-	d.Flush()
-	for run, d := range []func() *Disk{func() *Disk { return d }, func() *Disk { d.Close(); return openDisk(t, opts) }} {
-		d := d()
-		// Forget what the writes (the segment headers) and a restart's scan
-		// left in the page cache, then read every block.
-		resident := func() (pages int) {
-			for p := range segFiles(t, dir) {
-				pages += residentPages(t, p)
-			}
-			return pages
-		}
-		for p := range segFiles(t, dir) {
+	// check forgets what the writes (the segment headers) and a restart's
+	// scan left in the page cache, then reads every block.
+	check := func(when string, d *Disk) {
+		t.Helper()
+		segs := segFiles(t, dir)
+		before := 0
+		for p := range segs {
 			f, err := os.Open(p)
 			if err != nil {
 				t.Fatal(err)
@@ -1770,19 +1761,31 @@ func TestDiskDirectReadsSkipPageCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
+			before += residentPages(t, p)
 		}
-		before := resident()
 		for k, n := range sizes {
 			b, ok := d.Get(k)
 			if !ok {
-				t.Fatalf("run %d: block %s missed", run, k.Object)
+				t.Fatalf("%s: block %s missed", when, k.Object)
 			}
 			checkExact(t, k, b, n)
 		}
-		if after := resident(); after > before {
-			t.Errorf("run %d: reading %d blocks left %d segment pages in the page cache (%d before)", run, len(sizes), after, before)
+		after := 0
+		for p := range segs {
+			after += residentPages(t, p)
+		}
+		if after > before {
+			t.Errorf("%s: reading %d blocks left %d segment pages in the page cache (%d before)", when, len(sizes), after, before)
 		}
 	}
+	d := openDisk(t, opts)
+	for k, n := range sizes {
+		d.Put(k, blockFor(k, n))
+	}
+	d.Flush()
+	check("written by this run", d)
+	d.Close()
+	check("after a restart", openDisk(t, opts))
 }
 
 // residentPages counts the pages of the file at p in the page cache.

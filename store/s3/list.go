@@ -89,18 +89,22 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 		if past || !pg.truncated {
 			return nil
 		}
-		if pages == 0 && cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
-			upTo = l.split(ctx, pg.keys(), upTo)
-		}
-		// A server fills every page it can, past the range's bound too, and
-		// may pay for each key it sends (versitygw reads each file's
-		// metadata): the range's second page asks for about what is guessed
-		// to be left before the bound. A low guess costs one more page; the
-		// pages after it are full.
 		ask = 0
-		if pages == 0 && upTo != "" {
-			if rest := restGuess(pg.keys(), len(l.prefix), upTo); rest+rest/4+2 < l.s.pageKeys() {
-				ask = rest + rest/4 + 2
+		if pages == 0 {
+			keys := pg.keys()
+			if cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
+				upTo = l.split(ctx, keys, upTo)
+			}
+			// A server fills every page it can, past the range's bound too,
+			// and may pay for each key it sends (versitygw reads each file's
+			// metadata): the range's second page asks for about what is
+			// guessed to be left before the bound. A low guess costs one more
+			// page; the pages after it are full.
+			if upTo != "" {
+				rest := restGuess(keys, len(l.prefix), upTo)
+				if ask = rest + rest/4 + 2; ask >= l.s.pageKeys() {
+					ask = 0
+				}
 			}
 		}
 		token = pg.next
