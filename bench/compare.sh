@@ -21,6 +21,8 @@
 # two-core VM can land in a slow spell of its host (first touches of fresh memory cost several
 # times more for a minute), which hits whatever touches fresh memory (a mount's page cache and RAM
 # cache) and not direct GETs.
+# So the run also times, at its start, before B and at its end, a first touch of 1 GiB of fresh
+# memory (dd), and prints it beside the results: a slow spell shows there.
 # B also re-reads with --python-open: files opened as Python's open() opens them (before 3.14).
 # Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, and every
 # run under runs_s) and prints the table and the ratios.
@@ -114,6 +116,16 @@ mount_peer() { # KIND MNT
 RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0 --order "$ORDER" --seed 7
   --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
 
+# fresh_mem: seconds to touch 1 GiB of fresh anonymous memory (dd fills one 1 GiB buffer from
+# /dev/zero): the cost of fresh pages, which a slow spell of the host multiplies.
+FRESH_MEM=()
+fresh_mem() {
+  local t0=$EPOCHREALTIME
+  dd if=/dev/zero of=/dev/null bs=1G count=1 status=none
+  FRESH_MEM+=("$(awk "BEGIN { printf \"%.2f\", $EPOCHREALTIME - $t0 }")")
+}
+fresh_mem
+
 say "warm-up: one cold epoch through a dataccel mount and direct GETs, not measured"
 # The machine settles after the build and the server's start (the server's heap grows, memory
 # the build freed goes back to the VM's host and costs a host fault when touched again); without
@@ -141,6 +153,7 @@ for r in $(seq "$REPEATS"); do
   "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
 done
 
+fresh_mem
 say "B. cold epoch with the order announced, then the warm re-read: a fresh dataccel mount beside direct GETs and local disk ($REPEATS runs)"
 # No peer is mounted here: their daemons' background work (rclone writing its cache) would share
 # the cores with the warm re-read, which takes a tenth of a second.
@@ -203,6 +216,7 @@ for mode in off dir announced; do
   umount_dataccel "$OUT/mnt-dataccel"
 done
 
+fresh_mem
 say "summary"
 json_list() { local IFS=,; echo "[$*]"; } # numbers -> a JSON array
 for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
@@ -211,6 +225,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
+  --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
@@ -236,7 +251,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     runs_s: $runs,
     list_10k_s: $m.list_10k,
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
-    dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024 }
+    dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
+    host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]} }
   | .targets = {
       "cold, no announcement: x the faster peer (>= 3)": (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel),
       "cold, announced: x s3fs cold (>= 10)": (.cold_s.s3fs / .announced_cold_s.dataccel),
@@ -268,6 +284,7 @@ jq -r '
   "warm, Python open()   dataccel \(.python_open_warm_s.dataccel|ms) ms\(range($r.python_open_warm.dataccel; ms)), local disk \(.python_open_warm_s.local|ms) ms\(range($r.python_open_warm.local; ms))",
   "list 10k dir           dataccel \(.list_10k_s.dataccel|ms/1000)\(range($r.list_10k.dataccel; .))  s3fs \(.list_10k_s.s3fs|ms/1000)  rclone \(.list_10k_s.rclone|ms/1000)\(range($r.list_10k.rclone; .))",
   "dataccel peak RSS      \(.dataccel_peak_rss_mib) MiB (RAM cache \(.ram_cache_mib) MiB)",
+  "host, fresh memory     \(.host_fresh_memory_s_per_gib | "\(.start) s per GiB at the start, \(.before_b) before B, \(.end) at the end") (mounts pay it for their page cache and RAM cache; direct GETs do not)",
   "4 readers, cold        prefetch off \(.prefetch_modes_4_readers_s.off|s) (\(.dataset.files/.prefetch_modes_4_readers_s.off|round))  dir order \(.prefetch_modes_4_readers_s.dir_order|s) (\(.dataset.files/.prefetch_modes_4_readers_s.dir_order|round))  announced \(.prefetch_modes_4_readers_s.announced|s) (\(.dataset.files/.prefetch_modes_4_readers_s.announced|round))\n",
   (.targets | to_entries[] | "\(.key): \(.value|s)")' "$OUT/summary.json"
 echo; echo "JSON: $OUT/{A,B,F,P}-N.json $OUT/summary.json   HTML: $OUT/report.html"

@@ -68,7 +68,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
 	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
 
-	fl.StringVar(&f.cacheDir, "cache-dir", "", "disk cache directory on local NVMe (none: RAM cache only); survives restarts")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "disk cache directory on local NVMe; survives restarts (unset: RAM cache only)")
 	fl.StringVar(&f.cacheSize, "cache-size", "80%", "disk cache bound: a size (500GiB) or a share of the cache filesystem (80%)")
 	fl.StringVar(&f.cacheMinFree, "cache-min-free", "5%", "free space the disk cache always leaves on its filesystem (size or %)")
 	fl.StringVar(&f.ramCacheSize, "ram-cache-size", "", "RAM cache bound: a size or a share of memory (default: 10% of memory, at most 4GiB; 0 turns it off)")
