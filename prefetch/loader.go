@@ -89,6 +89,12 @@ type Options struct {
 	// there is one (SetPageCache). Set it to the memory the job can spare
 	// for the dataset (0: none).
 	SweepPushBytes int64
+	// HandedKeep: the bytes of this mount's blocks that the kernel's page
+	// cache can be expected to keep. A block found on disk by a prefetch
+	// that would push it is not pushed when this mount handed it to the
+	// kernel (pushed it, or served it to a read) less than HandedKeep bytes
+	// ago: the kernel most likely holds it still. 0: always pushed.
+	HandedKeep int64
 	// Foreground is the store for the fetches a read waits on (nil: the
 	// loader's). A hedging decorator (Hedged) goes here, not under the
 	// whole loader: prefetch runs ahead of the reader, where a late GET
@@ -175,6 +181,7 @@ type Loader struct {
 	plan      *planner      // nil unless CrossFile
 	sweep     *sweeper      // nil unless CrossFile
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
+	handed    *handedSet    // blocks handed to the kernel lately
 
 	mu       sync.Mutex
 	flights  map[cache.Key]*flight // guarded by mu: fetches in progress
@@ -243,6 +250,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		gets:      make(chan struct{}, opts.MaxInflight),
 		pgets:     make(chan struct{}, max(1, opts.MaxInflight*3/4)),
 		maxPfetch: int64(4 * opts.MaxInflight),
+		handed:    newHandedSet(opts.HandedKeep),
 		flights:   make(map[cache.Key]*flight),
 		ready:     make(map[cache.Key]*flight),
 	}
@@ -326,11 +334,16 @@ type peeker interface {
 // promoting it to RAM: after `dataccel warm`, the reader then finds the
 // epoch in the page cache. A block in RAM is left there: RAM holds what
 // this mount fetched or read, which the kernel has seen already, and an
-// announced warm epoch probes every file it reads. Any other prefetch
+// announced warm epoch probes every file it reads. So is a block on disk
+// that this mount handed to the kernel lately (handedSet): one RAM gave up
+// to disk, in a dataset larger than the RAM tier. Any other prefetch
 // (read-ahead within a file) takes the block into RAM, off the reader's
 // path.
 func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landing) bool {
 	if p, ok := l.tier.(peeker); ok && land&landKernel != 0 {
+		if l.handed.has(k) && l.tierHas(k) {
+			return true // from the index: no disk read for a block not pushed
+		}
 		data, inRAM, ok := p.Peek(k)
 		if !ok || int64(len(data)) != n {
 			return false

@@ -102,6 +102,7 @@ func (l *Loader) pushed(f *flight, data []byte, err error) {
 	var charge int64
 	l.mu.Lock()
 	if err == nil {
+		l.handed.mark(f.key, int64(len(data)))
 		l.stats.Pushed.Add(1)
 		l.stats.PushedBytes.Add(int64(len(data)))
 		if !f.used && len(data) == len(f.data) {

@@ -162,6 +162,7 @@ func (r *reader) piece(ctx context.Context, b, off, end int64) ([]byte, error) {
 		mode = relConsumed
 	}
 	l.release(h, mode)
+	l.handed.mark(key(r.obj, b), hi-lo) // the kernel keeps what a read returns
 	return data[lo:hi:hi], nil
 }
 

@@ -117,6 +117,7 @@ type mountPlan struct {
 	minFree           float64
 	ramBytes          int64
 	sweepPushBytes    int64
+	handedKeep        int64
 	prefetchMem       int64
 	prefetchInflight  int64
 	blockSize         int64
@@ -177,6 +178,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	// sweep pushes no more than what is left of it, less some headroom, so
 	// that they are not reclaimed before they are read.
 	p.sweepPushBytes = max(0, min(p.ramBytes, mem-p.ramBytes-p.prefetchMem-512<<20))
+	// The page cache also serves the job's other files: count on half of
+	// what is left to keep the blocks this mount hands it.
+	p.handedKeep = max(0, mem-p.ramBytes-p.prefetchMem-512<<20) / 2
 	if f.cacheDir != "" {
 		if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
 			return p, fmt.Errorf("--cache-dir: %w", err)
@@ -267,8 +271,10 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		SweepBytes: max(p.cacheBytes, p.ramBytes) / 10 * 9,
 		// and push as much of it into the page cache as memory allows.
 		SweepPushBytes: p.sweepPushBytes,
-		Logger:         logger,
-		Stats:          &stats.prefetch,
+		// and trust the page cache with what the mount handed it lately.
+		HandedKeep: p.handedKeep,
+		Logger:     logger,
+		Stats:      &stats.prefetch,
 	})
 	defer loader.Close()
 
