@@ -53,3 +53,13 @@ func (d *Disk) readDirect(loc recLoc) ([]byte, bool) {
 	}
 	return buf, true
 }
+
+// within reports whether a lies in b's memory (a raw record is a sub-slice
+// of the record read; a decompressed one is not).
+func within(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == 0
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa >= pb && pa < pb+uintptr(cap(b))
+}

@@ -506,8 +506,8 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 	}
 	raw, err := decodeBlock(buf, k)
 	if pooled {
-		if err == nil {
-			raw = bytes.Clone(raw) // buf goes back to the pool
+		if err == nil && within(raw, buf) {
+			raw = bytes.Clone(raw) // buf goes back to the pool; a decompressed block is its own
 		}
 		d.dio.put(buf)
 	}

@@ -2,6 +2,8 @@ package prefetch
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,63 +43,114 @@ func TestHandedSet(t *testing.T) {
 }
 
 // TestAnnouncedPrefetchSkipsHandedBlocks: a file on disk that this loader
-// served to a read a short while ago (the kernel keeps what a read returns)
-// is neither read back from disk nor pushed again by an announced epoch's
-// prefetch; one served longer ago than HandedKeep is, like a file the mount
-// never handed over (after `dataccel warm`). Without a RAM tier, as with a
-// dataset larger than it, every hit comes from disk.
+// served to a read less than HandedKeep bytes ago (the kernel keeps what a
+// read returns) is neither read back from disk nor pushed again by an
+// announced epoch's prefetch; one served longer ago is, like a file the
+// mount never handed over (after `dataccel warm`). Without a RAM tier, as
+// with a dataset larger than it, every hit comes from disk.
 func TestAnnouncedPrefetchSkipsHandedBlocks(t *testing.T) {
 	const n, read, size = 40, 20, 5000
-	st := newFakeStore()
-	objs := addFiles(st, "h", n, size)
-	diskStats := &cache.Stats{}
-	opts := cache.DefaultDiskOptions(t.TempDir(), 64<<20)
-	opts.Stats = diskStats
-	disk, err := cache.NewDisk(opts)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		keep int64
+		// want says whether file i (the first read are read before the
+		// epoch, in order) is pushed; nil: either.
+		want func(i int) *bool
+	}{
+		{"read lately: left to the kernel", 1 << 30, func(i int) *bool { return ptr(i >= read) }},
+		{"read long ago: pushed again", 2 * size, func(i int) *bool {
+			if i >= read-2 && i < read {
+				return nil // within two files of the end of the reads
+			}
+			return ptr(true)
+		}},
+		{"nothing remembered", 0, func(int) *bool { return ptr(true) }},
 	}
-	t.Cleanup(func() { disk.Close() })
-	for _, o := range objs {
-		disk.Put(key(o, 0), st.data(o.Key))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newFakeStore()
+			objs := addFiles(st, "h", n, size)
+			disk, err := cache.NewDisk(cache.DefaultDiskOptions(t.TempDir(), 64<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { disk.Close() })
+			for _, o := range objs {
+				disk.Put(key(o, 0), st.data(o.Key))
+			}
+			disk.Flush()
+			stats := &Stats{}
+			tier := &peekCounter{Tiered: cache.NewTiered(nil, disk), hits: map[cache.Key]int{}}
+			l := newTestLoader(t, st, tier, Options{CrossFile: true, FileLead: 2 * n, Workers: 4,
+				HandedKeep: tt.keep, Stats: stats})
+			for _, o := range objs[:read] {
+				if _, err := readAll(context.Background(), l, o, 64<<10); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tier.count.Store(true)
+			pc := newFakePageCache()
+			l.SetPageCache(pc)
+			l.Announce(objs)
+			pushes := 0
+			for i := range objs {
+				if w := tt.want(i); w != nil && *w {
+					pushes++
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); stats.Pushed.Load() < int64(pushes); {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d files pushed, want at least %d", stats.Pushed.Load(), pushes)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // let any wrong push land
+			for i, o := range objs {
+				w := tt.want(i)
+				if w == nil {
+					continue
+				}
+				held, peeked := pc.held(o), tier.peeks(key(o, 0))
+				switch {
+				case *w && held == 0:
+					t.Errorf("%s: not pushed", o.Key)
+				case !*w && held != 0:
+					t.Errorf("%s: read lately, and pushed again (%d bytes)", o.Key, held)
+				}
+				if !*w && peeked != 0 {
+					t.Errorf("%s: read lately, and read back from disk", o.Key)
+				}
+			}
+			if g := st.gets.Load(); g != 0 {
+				t.Errorf("%d GETs, want 0 (every file is on disk)", g)
+			}
+		})
 	}
-	disk.Flush()
-	stats := &Stats{}
-	// Keep about the last ten files read.
-	l := newTestLoader(t, st, cache.NewTiered(nil, disk), Options{CrossFile: true, FileLead: 2 * n, Workers: 4,
-		HandedKeep: 10 * size, Stats: stats})
-	for _, o := range objs[:read] {
-		if _, err := readAll(context.Background(), l, o, 64<<10); err != nil {
-			t.Fatal(err)
-		}
+}
+
+func ptr(b bool) *bool { return &b }
+
+// peekCounter counts, once count is set, the blocks the loader reads from
+// the tier without taking them (Peek), by key.
+type peekCounter struct {
+	*cache.Tiered
+	count atomic.Bool
+	mu    sync.Mutex
+	hits  map[cache.Key]int // guarded by mu
+}
+
+func (p *peekCounter) Peek(k cache.Key) ([]byte, bool, bool) {
+	b, inRAM, ok := p.Tiered.Peek(k)
+	if ok && p.count.Load() {
+		p.mu.Lock()
+		p.hits[k]++
+		p.mu.Unlock()
 	}
-	hitsBefore := diskStats.DiskHits.Load()
-	pc := newFakePageCache()
-	l.SetPageCache(pc)
-	l.Announce(objs)
-	// Files read early, and files never read, are pushed: at least n-read+5.
-	for deadline := time.Now().Add(10 * time.Second); stats.Pushed.Load() < n-read+5; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d files pushed, want at least %d", stats.Pushed.Load(), n-read+5)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // let any wrong push land
-	for i, o := range objs {
-		held := pc.held(o)
-		switch {
-		case i < 5 && held == 0:
-			t.Errorf("%s: read long ago, and not pushed again", o.Key)
-		case i >= read-5 && i < read && held != 0:
-			t.Errorf("%s: read just now, and pushed again (%d bytes)", o.Key, held)
-		case i >= read && held == 0:
-			t.Errorf("%s: never read, and not pushed", o.Key)
-		}
-	}
-	if got, max := diskStats.DiskHits.Load()-hitsBefore, int64(n-read+read/2+1); got > max {
-		t.Errorf("announced epoch read %d blocks from disk, want at most %d (no read for a block not pushed)", got, max)
-	}
-	if g := st.gets.Load(); g != 0 {
-		t.Errorf("%d GETs, want 0", g)
-	}
+	return b, inRAM, ok
+}
+
+func (p *peekCounter) peeks(k cache.Key) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[k]
 }

@@ -179,8 +179,11 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	// that they are not reclaimed before they are read.
 	p.sweepPushBytes = max(0, min(p.ramBytes, mem-p.ramBytes-p.prefetchMem-512<<20))
 	// The page cache also serves the job's other files: count on half of
-	// what is left to keep the blocks this mount hands it.
-	p.handedKeep = max(0, mem-p.ramBytes-p.prefetchMem-512<<20) / 2
+	// what is left to keep the blocks this mount hands it. Only pushes ask
+	// (without them the loader need not remember anything on its reads).
+	if f.push && p.crossFile {
+		p.handedKeep = max(0, mem-p.ramBytes-p.prefetchMem-512<<20) / 2
+	}
 	if f.cacheDir != "" {
 		if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
 			return p, fmt.Errorf("--cache-dir: %w", err)
