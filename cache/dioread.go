@@ -11,7 +11,17 @@ import (
 // that hands freed memory back to its host, the dearest part of a read),
 // and pages that push the mount's own page cache out. An aligned record of
 // a segment with a direct twin is read with direct I/O instead, into
-// pooled page-aligned memory, and its raw bytes copied out (Disk.Get).
+// pooled page-aligned memory. A small record's raw bytes are copied out of
+// it (Disk.Get); a large record is read into aligned memory of its own
+// instead, and its raw bytes handed out where they lie, header and padding
+// riding along (under a page and the header). Copying them out touched as
+// many fresh pages as the read, cost a pass over the block, and the pool,
+// emptied by every garbage collection, touched fresh pages of its own.
+
+// largeAlloc is the size from which Go allocates an object on pages of its
+// own (larger than its largest size class), which are page-aligned: the
+// smallest record read into memory of its own.
+const largeAlloc = 32<<10 + 1
 
 // dioBufs pools page-aligned buffers for direct reads, by power-of-two size.
 type dioBufs struct {
@@ -24,10 +34,20 @@ func (p *dioBufs) get(n int64) []byte {
 	if v, ok := p.classes[c].Get().(*[]byte); ok {
 		return (*v)[:n]
 	}
-	size := 1 << c
+	return alignedBuf(n, 1<<c)
+}
+
+// alignedBuf returns n bytes of page-aligned memory with room for size.
+func alignedBuf(n, size int64) []byte {
+	if size >= largeAlloc {
+		// No spare page is needed for alignment then (checked all the same).
+		if b := make([]byte, size); uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(dioAlign-1) == 0 {
+			return b[:n]
+		}
+	}
 	b := make([]byte, size+dioAlign)
-	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (dioAlign - 1))
-	return b[skip : skip+int(n) : skip+size]
+	skip := -uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (dioAlign - 1)
+	return b[skip : int64(skip)+n : int64(skip)+size]
 }
 
 // put gives b, from get, back.
@@ -36,22 +56,29 @@ func (p *dioBufs) put(b []byte) {
 	p.classes[bits.Len64(uint64(len(b)-1))].Put(&b)
 }
 
-// readDirect reads the record at loc with direct I/O into memory from
-// d.dio, which the caller gives back once done with it. It returns false
-// when direct I/O does not apply (no direct twin, a record not aligned) or
-// the read failed or came back short: the caller then reads through the
-// page cache, whose errors tell a segment cut short (corrupt) from a
-// failing disk.
-func (d *Disk) readDirect(loc recLoc) ([]byte, bool) {
+// readDirect reads the record at loc with direct I/O, into memory from
+// d.dio (pooled: the caller gives it back once done with it) or, for a
+// large record, into memory of its own. ok is false when direct I/O does
+// not apply (no direct twin, a record not aligned) or the read failed or
+// came back short: the caller then reads through the page cache, whose
+// errors tell a segment cut short (corrupt) from a failing disk.
+func (d *Disk) readDirect(loc recLoc) (buf []byte, pooled, ok bool) {
 	if loc.seg.df == nil || loc.off%dioAlign != 0 || loc.n%dioAlign != 0 {
-		return nil, false
+		return nil, false, false
 	}
-	buf := d.dio.get(loc.n)
+	pooled = loc.n < largeAlloc
+	if pooled {
+		buf = d.dio.get(loc.n)
+	} else {
+		buf = alignedBuf(loc.n, loc.n)
+	}
 	if n, err := loc.seg.df.ReadAt(buf, loc.off); err != nil || int64(n) != loc.n {
-		d.dio.put(buf)
-		return nil, false
+		if pooled {
+			d.dio.put(buf)
+		}
+		return nil, false, false
 	}
-	return buf, true
+	return buf, pooled, true
 }
 
 // within reports whether a lies in b's memory (a raw record is a sub-slice

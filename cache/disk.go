@@ -487,9 +487,9 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}
-	buf, pooled := d.readDirect(loc)
+	buf, pooled, direct := d.readDirect(loc)
 	var err error
-	if !pooled {
+	if !direct {
 		buf = make([]byte, loc.n)
 		_, err = loc.seg.f.ReadAt(buf, loc.off)
 	}

@@ -1816,38 +1816,92 @@ func residentPages(t *testing.T, p string) int {
 	return n
 }
 
-// A block from a direct read stays the caller's: the record's memory goes
-// back to a pool, so a raw block must be copied out of it, and a
-// decompressed one is already a copy. Every block is read, then read
-// blocks pile up (reusing the pooled memory) before the first ones are
-// checked.
+// A block from a direct read stays the caller's: a small record's memory
+// goes back to a pool, so its raw block must be copied out of it; a large
+// record is read into memory of its own; a decompressed block is a copy.
+// Every block is read, then read blocks pile up (reusing the pooled memory)
+// before the first ones are checked.
 func TestDiskDirectHitsOwnTheirBytes(t *testing.T) {
 	if recordAlign(t) == 0 {
 		t.Skip("no direct I/O on the file system of t.TempDir()")
 	}
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, Compress: true, MinFreeFraction: -1, QueueLen: 256})
-	var keys []Key
-	for i := range 16 {
-		keys = append(keys, testKey(keyName(i)+".txt", 0), testKey(keyName(i), 1))
-	}
-	const n = 64 << 10
-	for _, k := range keys {
-		d.Put(k, blockFor(k, n))
-	}
-	d.Flush()
-	got := map[Key][]byte{}
-	for range 2 {
-		for _, k := range keys {
-			b, ok := d.Get(k)
-			if !ok {
-				t.Fatalf("%v missed", k)
+	for _, n := range []int{8 << 10, 64 << 10} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, Compress: true, MinFreeFraction: -1, QueueLen: 256})
+			var keys []Key
+			for i := range 16 {
+				keys = append(keys, testKey(keyName(i)+".txt", 0), testKey(keyName(i), 1))
 			}
-			if got[k] == nil {
-				got[k] = b
+			for _, k := range keys {
+				d.Put(k, blockFor(k, n))
 			}
+			d.Flush()
+			got := map[Key][]byte{}
+			for range 2 {
+				for _, k := range keys {
+					b, ok := d.Get(k)
+					if !ok {
+						t.Fatalf("%v missed", k)
+					}
+					if got[k] == nil {
+						got[k] = b
+					}
+				}
+			}
+			for _, k := range keys {
+				checkExact(t, k, got[k], n)
+			}
+		})
+	}
+}
+
+// A record too large for a small-object size class is read with direct
+// I/O into aligned memory of its own, which its raw block is handed out in
+// (no copy); a smaller one into pooled memory.
+func TestDiskDirectReadBuffers(t *testing.T) {
+	if recordAlign(t) == 0 {
+		t.Skip("no direct I/O on the file system of t.TempDir()")
+	}
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1, QueueLen: 256})
+	for _, tc := range []struct {
+		n          int
+		wantPooled bool
+	}{
+		{100, true},
+		{20 << 10, true},
+		{40 << 10, false},
+		{1 << 20, false},
+		{3<<20 + 5, false},
+	} {
+		k := testKey(keyName(tc.n), 1) // odd block: incompressible, stored raw
+		d.Put(k, blockFor(k, tc.n))
+		d.Flush()
+		d.mu.Lock()
+		loc, ok := d.index[keyHash(k)]
+		d.mu.Unlock()
+		if !ok {
+			t.Fatalf("%d bytes: not indexed", tc.n)
 		}
-	}
-	for _, k := range keys {
-		checkExact(t, k, got[k], n)
+		buf, pooled, ok := d.readDirect(loc)
+		if !ok {
+			t.Fatalf("%d bytes: no direct read of the record at %d (+%d)", tc.n, loc.off, loc.n)
+		}
+		if pooled != tc.wantPooled {
+			t.Errorf("%d bytes: pooled %v, want %v", tc.n, pooled, tc.wantPooled)
+		}
+		if a := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % dioAlign; a != 0 {
+			t.Errorf("%d bytes: buffer %d bytes off alignment", tc.n, a)
+		}
+		raw, err := decodeBlock(buf, k)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", tc.n, err)
+		}
+		checkExact(t, k, raw, tc.n)
+		if !pooled && cap(buf)-len(buf) != 0 {
+			t.Errorf("%d bytes: own buffer has %d bytes to spare", tc.n, cap(buf)-len(buf))
+		}
+		if b, ok := d.Get(k); !ok || (!pooled && cap(b)-len(b) >= dioAlign) {
+			t.Errorf("%d bytes: Get ok %v, %d bytes to spare after the block", tc.n, ok, cap(b)-len(b))
+		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // RAM is the in-memory tier: a ristretto cache bounded in bytes (cost =
-// block length). Sets are best effort: ristretto may drop or refuse one.
+// the block's capacity, which counts the padding a block read from disk
+// keeps). Sets are best effort: ristretto may drop or refuse one.
 //
 // With a victim (Tiered sets the disk tier), every block the RAM tier does
 // not keep (evicted, refused, dropped) goes to the victim, and Drain hands
@@ -65,7 +66,7 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 		// here once; one whose Set was dropped never entered.
 		OnExit: func(e *ramEntry) {
 			if e != nil {
-				stats.RAMBytes.Add(-int64(len(e.data)))
+				stats.RAMBytes.Add(-int64(cap(e.data)))
 			}
 		},
 	})
@@ -138,9 +139,9 @@ func (r *RAM) Put(k Key, b []byte) {
 		r.held[k] = struct{}{}
 		r.mu.Unlock()
 	}
-	r.stats.RAMBytes.Add(int64(len(b))) // before Set: OnExit may run at once
-	if !r.c.Set(ramKey(k), e, int64(len(b))) {
-		r.stats.RAMBytes.Add(-int64(len(b)))
+	r.stats.RAMBytes.Add(int64(cap(b))) // before Set: OnExit may run at once
+	if !r.c.Set(ramKey(k), e, int64(cap(b))) {
+		r.stats.RAMBytes.Add(-int64(cap(b)))
 		r.stats.RAMDropped.Add(1)
 		r.givenUp(e)
 	}
