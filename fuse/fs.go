@@ -143,6 +143,10 @@ func (f *FS) Next(key string, n int) []store.Object { return f.ns.next(key, n) }
 // from cached listings only.
 func (f *FS) Files(dir string) []store.Object { return f.ns.files(dir) }
 
+// Dirs returns the directories directly in dir (key prefixes ending in
+// "/"), from cached listings only.
+func (f *FS) Dirs(dir string) []string { return f.ns.subdirs(dir) }
+
 // Restore installs directory listings saved by an earlier mount (a
 // manifest): afterwards, stat, readdir and open in those directories cost
 // no request until the metadata TTL passes.

@@ -337,6 +337,24 @@ func (ns *namespace) files(dir string) []store.Object {
 	return out
 }
 
+// subdirs returns the directories in dir's cached listing, as key prefixes
+// in name order.
+func (ns *namespace) subdirs(dir string) []string {
+	ns.mu.Lock()
+	l := ns.dirs[dir]
+	ns.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range l.entries {
+		if e.dir {
+			out = append(out, dir+e.name+"/")
+		}
+	}
+	return out
+}
+
 // refresh lists dirs again, parallel at a time, replacing listings made
 // before the call; gate runs before each LIST (to yield to reads) and an
 // error from it stops the refresh.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +75,37 @@ func TestSnapshotRefresh(t *testing.T) {
 	}
 	if n := st2.C.Lists.Load() - before; n != 0 {
 		t.Fatalf("%d LISTs after the gate refused; want 0", n)
+	}
+}
+
+// TestSiblingsFromListings: the sweep's view of a directory (its files and
+// its subdirectories, in name order) comes from cached listings only; an
+// unlisted directory has none, and costs no LIST.
+func TestSiblingsFromListings(t *testing.T) {
+	objs := map[string][]byte{
+		"data/b/1.jpg": nil, "data/a/2.jpg": nil, "data/c/d/3.jpg": nil,
+		"data/4.jpg": nil, "data/../5.jpg": nil, // unsafe: skipped
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := store.NewCounting(memStore{objs: objs})
+	ns := newNamespace(st, time.Hour, discard)
+	if _, err := ns.list(context.Background(), "data/"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ns.subdirs("data/"), []string{"data/a/", "data/b/", "data/c/"}; !slices.Equal(got, want) {
+		t.Errorf("subdirs of data/: %q, want %q", got, want)
+	}
+	if got := ns.files("data/"); len(got) != 1 || got[0].Key != "data/4.jpg" {
+		t.Errorf("files of data/: %v, want data/4.jpg alone", got)
+	}
+	lists := st.C.Lists.Load()
+	if got := ns.subdirs("data/c/"); got != nil {
+		t.Errorf("subdirs of the unlisted data/c/: %q", got)
+	}
+	if got := ns.files("data/a/"); got != nil {
+		t.Errorf("files of the unlisted data/a/: %v", got)
+	}
+	if n := st.C.Lists.Load() - lists; n != 0 {
+		t.Errorf("%d LISTs asking about unlisted directories", n)
 	}
 }

@@ -15,6 +15,9 @@ type Siblings interface {
 	Next(key string, n int) []store.Object
 	// Files returns every file directly in dir (a prefix ending in "/").
 	Files(dir string) []store.Object
+	// Dirs returns the directories directly in dir, as prefixes ending in
+	// "/", in listing order.
+	Dirs(dir string) []string
 }
 
 // Bounds on the planner's own state, so a job walking millions of files in

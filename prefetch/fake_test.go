@@ -266,6 +266,20 @@ func (d dirSiblings) Files(dir string) []store.Object {
 	return out
 }
 
+func (d dirSiblings) Dirs(dir string) []string {
+	var out []string
+	for _, o := range d.objs {
+		if rest, ok := strings.CutPrefix(o.Key, dir); ok {
+			if i := strings.IndexByte(rest, '/'); i >= 0 {
+				if sub := dir + rest[:i+1]; len(out) == 0 || out[len(out)-1] != sub {
+					out = append(out, sub)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // newTestLoader builds a loader closed at the end of the test.
 func newTestLoader(t testing.TB, st store.Store, tier cache.Tier, opts Options) *Loader {
 	t.Helper()

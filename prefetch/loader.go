@@ -80,7 +80,9 @@ type Options struct {
 	// read evicts it.
 	ReadyTTL time.Duration
 	// SweepBytes: once two files of a directory are opened, the rest of it
-	// is fetched into the cache tier, up to this many bytes in all (0: off).
+	// is fetched into the cache tier, and once four directories of one
+	// parent are, every directory of that parent, up to this many bytes in
+	// all (0: off).
 	// Set it to what the cache can keep: an epoch reads every file once, so
 	// with a shuffled order nobody announced this is what hides latency.
 	SweepBytes int64
@@ -257,7 +259,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
 		l.plan.start()
-		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}}
+		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}}
 		l.pushq = make(chan push, pushQueue)
 		for range pushers {
 			l.wg.Add(1)

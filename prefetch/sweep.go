@@ -13,6 +13,14 @@ import (
 // that reads one subtree never touches the others.
 const sweepAfter = 2
 
+// spreadAfter is how many directories of one parent must be swept (each
+// for its own opens) before every other directory of that parent is swept
+// too: reads that spread over that many siblings are an epoch over all of
+// them, and with few files in each directory (ImageNet's 1,000 classes in a
+// small sample) waiting for two opens in each leaves much of the epoch to
+// one GET per file.
+const spreadAfter = 4
+
 // sweeper fetches the rest of each directory whose files are being read,
 // into the cache tier, up to Options.SweepBytes in all. An epoch reads every file of the dataset once; when
 // the order is unknown (a shuffle nobody announced) but the set is known
@@ -23,6 +31,7 @@ type sweeper struct {
 
 	mu      sync.Mutex
 	dirs    map[string]*sweepDir // guarded by mu
+	spread  map[string]int       // guarded by mu: directories swept for their opens, by parent
 	queue   []store.Object       // guarded by mu: files to fetch, in order
 	bytes   int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
 	pushed  int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
@@ -40,31 +49,62 @@ const maxSweepDirs = 1 << 16
 func parentOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1] }
 
 // opened counts an open in the file's directory and, once enough of it is
-// being read, queues the rest of it while the sweep stays within SweepBytes.
+// being read, queues the rest of it, and once enough of its siblings are,
+// every sibling, while the sweep stays within SweepBytes.
 func (s *sweeper) opened(sib Siblings, obj store.Object) {
+	if sib == nil {
+		return
+	}
 	dir := parentOf(obj.Key)
 	s.mu.Lock()
-	d := s.dirs[dir]
-	if d == nil {
-		if len(s.dirs) >= maxSweepDirs {
-			s.mu.Unlock()
-			return
-		}
-		d = &sweepDir{}
-		s.dirs[dir] = d
-	}
-	if d.queued {
+	d := s.dirLocked(dir)
+	if d == nil || d.queued {
 		s.mu.Unlock()
 		return
 	}
-	if d.opens++; d.opens < sweepAfter || sib == nil {
+	if d.opens++; d.opens < sweepAfter {
 		s.mu.Unlock()
 		return
 	}
 	d.queued = true
+	parent := parentOf(strings.TrimSuffix(dir, "/"))
+	s.spread[parent]++
+	spreads := s.spread[parent] == spreadAfter
 	s.mu.Unlock()
 
-	files := sib.Files(dir) // from memory, outside the lock
+	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
+	if !spreads {
+		return
+	}
+	for _, sub := range sib.Dirs(parent) {
+		s.mu.Lock()
+		d := s.dirLocked(sub)
+		skip := d == nil || d.queued
+		if !skip {
+			d.queued = true
+		}
+		s.mu.Unlock()
+		if !skip && !s.queueFiles(sib.Files(sub)) {
+			return
+		}
+	}
+}
+
+// dirLocked returns the state of dir, new if need be; nil past
+// maxSweepDirs.
+func (s *sweeper) dirLocked(dir string) *sweepDir {
+	d := s.dirs[dir]
+	if d == nil && len(s.dirs) < maxSweepDirs {
+		d = &sweepDir{}
+		s.dirs[dir] = d
+	}
+	return d
+}
+
+// queueFiles queues the files of one directory and starts workers for
+// them; it reports false, queueing none, when they would take the sweep
+// past SweepBytes.
+func (s *sweeper) queueFiles(files []store.Object) bool {
 	var size int64
 	for _, f := range files {
 		size += f.Size
@@ -72,7 +112,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	s.mu.Lock()
 	if s.bytes+size > s.l.opts.SweepBytes {
 		s.mu.Unlock()
-		return // the cache could not keep it: fetching would only evict
+		return false // the cache could not keep it: fetching would only evict
 	}
 	s.bytes += size
 	s.queue = append(s.queue, files...)
@@ -83,6 +123,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		s.l.wg.Add(1)
 		go s.worker()
 	}
+	return true
 }
 
 func (s *sweeper) take() (store.Object, bool) {

@@ -75,6 +75,73 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestSweepSpreads: once reads have spread over spreadAfter directories of
+// one parent (two files opened in each), every other directory of that
+// parent is swept too, and no directory of another parent; reads over one
+// directory fewer sweep only the directories read.
+func TestSweepSpreads(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		dirsRead  int
+		wantAllOf bool
+	}{
+		{"spread", spreadAfter, true},
+		{"not yet", spreadAfter - 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			var dirs [][]store.Object
+			var all []store.Object
+			for i := range 12 {
+				objs := addFiles(st, fmt.Sprintf("ds/class%02d", i), 3, 1000)
+				dirs = append(dirs, objs)
+				all = append(all, objs...)
+			}
+			other := addFiles(st, "zz/other", 3, 1000)
+			all = append(all, other...)
+			l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+			l.SetSiblings(dirSiblings{objs: all})
+			for _, objs := range dirs[:tc.dirsRead] {
+				for _, o := range objs[:2] {
+					if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			fetched := func(objs []store.Object) int {
+				n := 0
+				for _, o := range objs {
+					if len(st.getsOf(o.Key)) > 0 {
+						n++
+					}
+				}
+				return n
+			}
+			for i, objs := range dirs[:tc.dirsRead] {
+				waitFor(t, fmt.Sprintf("sweep of class%02d, read", i), func() bool { return fetched(objs) == len(objs) })
+			}
+			unread := slices.Concat(dirs[tc.dirsRead:]...)
+			if tc.wantAllOf {
+				waitFor(t, "sweep of the classes not read", func() bool { return fetched(unread) == len(unread) })
+			} else {
+				time.Sleep(50 * time.Millisecond)
+				if n := fetched(unread); n != 0 {
+					t.Fatalf("%d files of directories not read fetched before reads spread", n)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			if n := fetched(other); n != 0 {
+				t.Fatalf("%d files of another parent's directory fetched", n)
+			}
+			for _, o := range all[:len(all)-len(other)] {
+				if g := len(st.getsOf(o.Key)); g > 1 {
+					t.Fatalf("%s: %d GETs, want at most 1", o.Key, g)
+				}
+			}
+		})
+	}
+}
+
 // TestSweepFetchesLargeFileInOneGet: the sweep fetches the blocks of a large
 // file with one GET (the whole object), up to a block the cache has, and
 // every block lands intact; a run that fails leaves nothing behind that a
