@@ -68,8 +68,11 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	d.queued = true
 	parent := parentOf(strings.TrimSuffix(dir, "/"))
-	s.spread[parent]++
-	spreads := s.spread[parent] == spreadAfter
+	spreads := false
+	if dir != "" { // the bucket's top level has no parent
+		s.spread[parent]++
+		spreads = s.spread[parent] == spreadAfter
+	}
 	s.mu.Unlock()
 
 	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
