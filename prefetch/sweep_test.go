@@ -41,15 +41,7 @@ func TestSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			fetched := func(objs []store.Object) int {
-				n := 0
-				for _, o := range objs {
-					if len(st.getsOf(o.Key)) > 0 {
-						n++
-					}
-				}
-				return n
-			}
+			fetched := func(objs []store.Object) int { return fetchedFiles(st, objs) }
 			if tc.wantSwept {
 				waitFor(t, "sweep of dir a", func() bool { return fetched(a) == len(a) })
 			} else {
@@ -108,15 +100,7 @@ func TestSweepSpreads(t *testing.T) {
 					}
 				}
 			}
-			fetched := func(objs []store.Object) int {
-				n := 0
-				for _, o := range objs {
-					if len(st.getsOf(o.Key)) > 0 {
-						n++
-					}
-				}
-				return n
-			}
+			fetched := func(objs []store.Object) int { return fetchedFiles(st, objs) }
 			for i, objs := range dirs[:tc.dirsRead] {
 				waitFor(t, fmt.Sprintf("sweep of class%02d, read", i), func() bool { return fetched(objs) == len(objs) })
 			}
@@ -140,6 +124,17 @@ func TestSweepSpreads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fetchedFiles counts the objects of objs that st has served a GET of.
+func fetchedFiles(st *fakeStore, objs []store.Object) int {
+	n := 0
+	for _, o := range objs {
+		if len(st.getsOf(o.Key)) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // TestSweepFetchesLargeFileInOneGet: the sweep fetches the blocks of a large
