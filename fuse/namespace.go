@@ -287,14 +287,20 @@ func (ns *namespace) lookup(ctx context.Context, dir, name string) (entry, bool,
 	return e, ok, nil
 }
 
+// held returns dir's listing, however old (prefetch hints tolerate a stale
+// one), or nil if dir was never listed; it never lists.
+func (ns *namespace) held(dir string) *listing {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.dirs[dir]
+}
+
 // next returns up to n files that follow key in its directory's listing,
 // from what is already cached (it never fetches: prefetch hints must not
 // add round trips).
 func (ns *namespace) next(key string, n int) []store.Object {
 	dir, name := splitKey(key)
-	ns.mu.Lock()
-	l := ns.dirs[dir]
-	ns.mu.Unlock()
+	l := ns.held(dir)
 	if l == nil {
 		return nil
 	}
@@ -322,9 +328,7 @@ func splitKey(key string) (dir, name string) {
 
 // files returns the files directly in dir, from the cached listing only.
 func (ns *namespace) files(dir string) []store.Object {
-	ns.mu.Lock()
-	l := ns.dirs[dir]
-	ns.mu.Unlock()
+	l := ns.held(dir)
 	if l == nil {
 		return nil
 	}
@@ -340,9 +344,7 @@ func (ns *namespace) files(dir string) []store.Object {
 // subdirs returns the directories in dir's cached listing, as key prefixes
 // in name order.
 func (ns *namespace) subdirs(dir string) []string {
-	ns.mu.Lock()
-	l := ns.dirs[dir]
-	ns.mu.Unlock()
+	l := ns.held(dir)
 	if l == nil {
 		return nil
 	}
