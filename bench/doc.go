@@ -2,8 +2,10 @@
 // it generates ImageNet-like datasets (Generate), emulates a training data
 // loader in the style of MLPerf Storage / DLIO over directories and S3
 // prefixes (Run), writes the results as a terminal table, JSON and a
-// self-contained HTML report, and turns a result into a GPU
-// cost-performance ranking (Score).
+// self-contained HTML report, turns a result into a GPU
+// cost-performance ranking (Score), and reports the summary of a
+// comparison with the peers that bench/compare.sh writes (CompareSummary:
+// each target met or missed, as text and HTML).
 //
 // It owns the loader emulation, its statistics and the score formulas. It
 // does not own storage access (it reads directories with plain

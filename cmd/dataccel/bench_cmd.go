@@ -16,7 +16,7 @@ import (
 	"github.com/dataccel/dataccel/store/s3"
 )
 
-// newBenchCmd is `dataccel bench gen|run`.
+// newBenchCmd is `dataccel bench gen|run|compare-report`.
 func newBenchCmd(logger *slog.Logger) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -24,7 +24,7 @@ func newBenchCmd(logger *slog.Logger) *cobra.Command {
 		Long: `bench generates ImageNet-like datasets and emulates a training data loader over
 directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
 	}
-	cmd.AddCommand(newBenchGenCmd(), newBenchRunCmd(logger))
+	cmd.AddCommand(newBenchGenCmd(), newBenchRunCmd(logger), newBenchCompareReportCmd())
 	return cmd
 }
 
@@ -264,6 +264,37 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// newBenchCompareReportCmd is `dataccel bench compare-report`: the text and
+// HTML views of the summary.json that bench/compare.sh writes.
+func newBenchCompareReportCmd() *cobra.Command {
+	var htmlFile string
+	cmd := &cobra.Command{
+		Use:   "compare-report SUMMARY.json",
+		Short: "Print a comparison's summary (bench/compare.sh's summary.json) with each target met or missed, and write it as HTML",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			s, err := bench.ReadCompareSummary(f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			if err := s.WriteText(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if htmlFile != "" {
+				return writeFile(htmlFile, s.WriteHTML)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&htmlFile, "html", "", "write a self-contained HTML page (targets, charts) to this file")
+	return cmd
 }
 
 // newScoreCmd is `dataccel score`.

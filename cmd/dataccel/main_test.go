@@ -205,6 +205,36 @@ func TestWarmHelp(t *testing.T) {
 	}
 }
 
+// TestCompareReport: compare.sh's summary.json printed with each target's
+// verdict and written as HTML; a file that is not such a summary fails
+// without writing the page.
+func TestCompareReport(t *testing.T) {
+	dir := t.TempDir()
+	page := filepath.Join(dir, "summary.html")
+	out, err := exec.Command(bin, "bench", "compare-report", "../../bench/testdata/compare-summary.json", "--html", page).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compare-report: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "targets met: 7 of 8") || !strings.Contains(string(out), "0.62  MISSED") {
+		t.Errorf("compare-report printed:\n%s", out)
+	}
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "Targets: 7 of 8 met") {
+		t.Errorf("summary.html: %v, %d bytes", err, len(b))
+	}
+	bad := filepath.Join(dir, "result.json")
+	if err := os.WriteFile(bad, []byte(`{"paths": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badPage := filepath.Join(dir, "bad.html")
+	out, err = exec.Command(bin, "bench", "compare-report", bad, "--html", badPage).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not a compare.sh summary.json") {
+		t.Errorf("compare-report of a bench result: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(badPage); err == nil {
+		t.Error("a page was written for a bad summary")
+	}
+}
+
 // TestCredentialsFile reads a profile from an AWS credentials file.
 func TestCredentialsFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "credentials")

@@ -1,0 +1,435 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"html/template"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// CompareSummary is the summary.json that bench/compare.sh writes: each
+// phase's median time per path over the runs, every run, and the targets
+// of the comparison. Paths are keyed by role: dataccel, s3fs, rclone,
+// direct (direct GETs) and local (a copy on local disk).
+type CompareSummary struct {
+	Dataset struct {
+		Prefix  string  `json:"prefix"`
+		Order   string  `json:"order"`
+		Files   int     `json:"files"`
+		Bytes   int64   `json:"bytes"`
+		RTTMs   float64 `json:"rtt_ms"`
+		Readers int     `json:"readers"`
+		Batch   int     `json:"batch"`
+		Repeats int     `json:"repeats"`
+	} `json:"dataset"`
+	ColdS           map[string]float64 `json:"cold_s"`
+	WarmS           map[string]float64 `json:"warm_s"`
+	AnnouncedColdS  map[string]float64 `json:"announced_cold_s"`
+	AloneWarmS      map[string]float64 `json:"alone_warm_s"`
+	PythonOpenWarmS map[string]float64 `json:"python_open_warm_s"`
+	AfterWarmS      map[string]float64 `json:"after_warm_s"` // warm (the `dataccel warm` run), epoch, direct
+	List10kS        map[string]float64 `json:"list_10k_s"`
+	// RunsS holds every run behind a median: phase (the keys above without
+	// _s) -> path -> seconds.
+	RunsS         map[string]map[string][]float64 `json:"runs_s"`
+	PrefetchModes map[string]float64              `json:"prefetch_modes_4_readers_s"` // off, dir_order, announced
+	PeakRSSMiB    float64                         `json:"dataccel_peak_rss_mib"`
+	RAMCacheMiB   float64                         `json:"ram_cache_mib"`
+	FreshMemory   map[string]float64              `json:"host_fresh_memory_s_per_gib"` // start, before_b, end
+	Targets       []Target                        `json:"targets"`
+}
+
+// Target is one measure of a comparison and, when it has one, its bound:
+// Min for a ratio that must reach it, Max for a figure that must stay
+// under it.
+type Target struct {
+	Name  string   `json:"name"`
+	Value float64  `json:"value"`
+	Min   *float64 `json:"min,omitempty"`
+	Max   *float64 `json:"max,omitempty"`
+}
+
+// Bounded reports whether t has a bound to meet.
+func (t Target) Bounded() bool { return t.Min != nil || t.Max != nil }
+
+// Met reports whether t's value is within its bound (true when it has none).
+func (t Target) Met() bool {
+	switch {
+	case t.Min != nil:
+		return t.Value >= *t.Min
+	case t.Max != nil:
+		return t.Value <= *t.Max
+	}
+	return true
+}
+
+// Bound is t's bound as text (">= 3", "<= 300"), "" when it has none.
+func (t Target) Bound() string {
+	switch {
+	case t.Min != nil:
+		return ">= " + trimFloat(*t.Min)
+	case t.Max != nil:
+		return "<= " + trimFloat(*t.Max)
+	}
+	return ""
+}
+
+// margin is how far t is from its bound, as a factor: >= 1 when met. A
+// Max bound on a figure that can be negative (RSS under the RAM cache)
+// compares bound minus value against the bound.
+func (t Target) margin() float64 {
+	switch {
+	case t.Min != nil && *t.Min > 0:
+		return t.Value / *t.Min
+	case t.Max != nil && *t.Max > 0:
+		return 1 + (*t.Max-t.Value) / *t.Max
+	}
+	return math.NaN()
+}
+
+func trimFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// ReadCompareSummary decodes a summary.json.
+func ReadCompareSummary(r io.Reader) (*CompareSummary, error) {
+	var s CompareSummary
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("read comparison summary: %w", err)
+	}
+	if s.Dataset.Files <= 0 || len(s.ColdS) == 0 {
+		return nil, fmt.Errorf("read comparison summary: no dataset or no cold epochs: not a compare.sh summary.json")
+	}
+	return &s, nil
+}
+
+// The paths of a comparison, in the order tables and charts show them.
+var compareRoles = []string{"dataccel", "s3fs", "rclone", "direct", "local"}
+
+func roleName(role string) string {
+	switch role {
+	case "direct":
+		return "direct GETs"
+	case "local":
+		return "local disk"
+	}
+	return role
+}
+
+// rangeText is " [min-max]" of a phase's runs of one path, when there
+// are several.
+func (s *CompareSummary) rangeText(phase, role string, f func(float64) string) string {
+	runs := s.RunsS[phase][role]
+	if len(runs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" [%s-%s]", f(slices.Min(runs)), f(slices.Max(runs)))
+}
+
+// round formats v with at most d decimals and no trailing zeros.
+func round(v float64, d int) string {
+	p := math.Pow(10, float64(d))
+	return strconv.FormatFloat(math.Round(v*p)/p, 'f', -1, 64)
+}
+
+func sec2(v float64) string { return round(v, 2) }
+func sec3(v float64) string { return round(v, 3) }
+func msec(v float64) string { return round(v*1000, 0) }
+
+// WriteText writes the summary as compare.sh prints it: the times with
+// their ranges, then each target with "met" or "MISSED".
+func (s *CompareSummary) WriteText(w io.Writer) error {
+	var b strings.Builder
+	d := s.Dataset
+	files := float64(d.Files)
+	rate := func(v float64) string { return fmt.Sprintf("%.0f", files/v) }
+	fmt.Fprintf(&b, "%s: files %d, %d MB, order %s, %s ms round trip, %d readers, batch %d\n",
+		d.Prefix, d.Files, d.Bytes/1e6, d.Order, trimFloat(d.RTTMs), d.Readers, d.Batch)
+	fmt.Fprintf(&b, "A, B, C, F: median of %d runs [range]\n\n", d.Repeats)
+	b.WriteString("seconds (files/s)      cold                      warm\n")
+	for _, k := range compareRoles {
+		c, ok := s.ColdS[k]
+		if !ok {
+			continue
+		}
+		cold := fmt.Sprintf("%s (%s)%s", sec2(c), rate(c), s.rangeText("cold", k, sec2))
+		warm := "-"
+		if v, ok := s.WarmS[k]; ok {
+			warm = fmt.Sprintf("%s (%s)%s", sec2(v), rate(v), s.rangeText("warm", k, sec2))
+		}
+		fmt.Fprintf(&b, "%-14s %-25s %s\n", k, cold, warm)
+	}
+	if a := s.AnnouncedColdS; len(a) > 0 {
+		fmt.Fprintf(&b, "dataccel announced     %s (%s)%s; direct GETs beside it %s%s\n", sec2(a["dataccel"]), rate(a["dataccel"]),
+			s.rangeText("announced_cold", "dataccel", sec2), sec2(a["direct"]), s.rangeText("announced_cold", "direct", sec2))
+	}
+	if a := s.AfterWarmS; len(a) > 0 {
+		fmt.Fprintf(&b, "after warm             warm %s s%s, then epoch %s (%s)%s; direct GETs beside it %s%s\n",
+			sec2(a["warm"]), s.rangeText("after_warm", "warm", sec2), sec2(a["epoch"]), rate(a["epoch"]),
+			s.rangeText("after_warm", "epoch", sec2), sec2(a["direct"]), s.rangeText("after_warm", "direct", sec2))
+	}
+	if a := s.AloneWarmS; len(a) > 0 {
+		fmt.Fprintf(&b, "warm, peers unmounted  dataccel %s ms%s, local disk %s ms%s\n", msec(a["dataccel"]),
+			s.rangeText("alone_warm", "dataccel", msec), msec(a["local"]), s.rangeText("alone_warm", "local", msec))
+	}
+	if a := s.PythonOpenWarmS; len(a) > 0 {
+		fmt.Fprintf(&b, "warm, Python open()   dataccel %s ms%s, local disk %s ms%s\n", msec(a["dataccel"]),
+			s.rangeText("python_open_warm", "dataccel", msec), msec(a["local"]), s.rangeText("python_open_warm", "local", msec))
+	}
+	if a := s.List10kS; len(a) > 0 {
+		fmt.Fprintf(&b, "list 10k dir           dataccel %s%s  s3fs %s  rclone %s%s\n", sec3(a["dataccel"]),
+			s.rangeText("list_10k", "dataccel", sec3), sec3(a["s3fs"]), sec3(a["rclone"]), s.rangeText("list_10k", "rclone", sec3))
+	}
+	fmt.Fprintf(&b, "dataccel peak RSS      %.0f MiB (RAM cache %.0f MiB)\n", s.PeakRSSMiB, s.RAMCacheMiB)
+	if f := s.FreshMemory; len(f) > 0 {
+		fmt.Fprintf(&b, "host, fresh memory     %s s per GiB at the start, %s before B, %s at the end (mounts pay it for their page cache and RAM cache; direct GETs do not)\n",
+			sec2(f["start"]), sec2(f["before_b"]), sec2(f["end"]))
+	}
+	if m := s.PrefetchModes; len(m) > 0 {
+		fmt.Fprintf(&b, "4 readers, cold        prefetch off %s (%s)  dir order %s (%s)  announced %s (%s)\n",
+			sec2(m["off"]), rate(m["off"]), sec2(m["dir_order"]), rate(m["dir_order"]), sec2(m["announced"]), rate(m["announced"]))
+	}
+	b.WriteString("\n")
+	met, bounded := 0, 0
+	for _, t := range s.Targets {
+		line := fmt.Sprintf("%s: %s", t.Name, sec2(t.Value))
+		if t.Bounded() {
+			bounded++
+			verdict := "MISSED"
+			if t.Met() {
+				met++
+				verdict = "met"
+			}
+			line = fmt.Sprintf("%s (%s): %s  %s", t.Name, t.Bound(), sec2(t.Value), verdict)
+		}
+		b.WriteString(line + "\n")
+	}
+	fmt.Fprintf(&b, "targets met: %d of %d\n", met, bounded)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// hbar is one row of a horizontal bar chart.
+type hbar struct {
+	group, label string
+	value        float64
+	lo, hi       float64 // the range over the runs; 0, 0 when there is none
+	color        string
+	tip          string
+	text         string // beside the bar; "" for the value's label
+}
+
+// hbarChart draws labelled horizontal bars, grouped under headings, on a
+// log value axis (the times of one comparison span milliseconds to a
+// minute), with an optional vertical mark.
+func hbarChart(id, title string, rows []hbar, mark float64, label func(float64) string) template.HTML {
+	const (
+		plotW, rightW     = 440.0, 150
+		rowH, groupH, top = 18, 22, 10
+		axisH             = 30
+	)
+	labelW := 120
+	for _, r := range rows {
+		labelW = max(labelW, 6*len(r.label)+12) // about 6 px a character at 11 px
+	}
+	w := labelW + int(plotW) + rightW
+	h := top + axisH
+	groups := 0
+	for i, r := range rows {
+		if i == 0 || r.group != rows[i-1].group {
+			groups++
+		}
+		h += rowH
+	}
+	h += groups * groupH
+	lo, hi := math.Inf(1), 0.0
+	for _, r := range rows {
+		for _, v := range []float64{r.value, r.lo, r.hi} {
+			if v > 0 {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+	}
+	if mark > 0 { // the mark mid-axis: bars just over it must still show
+		lo, hi = min(lo, mark/10), max(hi, mark*10)
+	}
+	if hi == 0 {
+		lo, hi = 0.1, 1
+	}
+	lo = math.Pow(10, math.Floor(math.Log10(lo)))
+	hi = math.Pow(10, math.Ceil(math.Log10(hi)))
+	if hi <= lo {
+		hi = lo * 10
+	}
+	x := func(v float64) float64 {
+		v = min(max(v, lo), hi)
+		return float64(labelW) + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*plotW
+	}
+	var ticks []float64
+	for t := lo; t <= hi*1.0001; t *= 10 {
+		ticks = append(ticks, t)
+	}
+	var b svgBuf
+	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s" font-family="sans-serif" font-size="11">`,
+		w, h, w, h, html.EscapeString(title))
+	b.f(`<title>%s</title><g id="%s">`, html.EscapeString(title), id)
+	axisY := h - axisH + 5
+	for _, t := range ticks {
+		b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x(t), top, x(t), axisY)
+		b.f(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x(t), axisY+14, html.EscapeString(label(t)))
+	}
+	y := top
+	for i, r := range rows {
+		if i == 0 || r.group != rows[i-1].group {
+			b.f(`<text x="4" y="%d" font-weight="bold">%s</text>`, y+15, html.EscapeString(r.group))
+			y += groupH
+		}
+		b.f(`<text x="%d" y="%d" text-anchor="end">%s</text>`, labelW-6, y+rowH-5, html.EscapeString(r.label))
+		x0 := float64(labelW)
+		b.f(`<rect class="bar" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`,
+			x0, y+2, max(x(r.value)-x0, 1), rowH-4, r.color, html.EscapeString(r.tip))
+		if r.hi > r.lo {
+			cy := y + rowH/2
+			b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#333"/>`, x(r.lo), cy, x(r.hi), cy)
+			b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#333"/>`, x(r.lo), cy-4, x(r.lo), cy+4)
+			b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#333"/>`, x(r.hi), cy-4, x(r.hi), cy+4)
+		}
+		text := r.text
+		if text == "" {
+			text = label(r.value)
+		}
+		b.f(`<text x="%.1f" y="%d">%s</text>`, x(max(r.value, r.hi))+4, y+rowH-5, html.EscapeString(text))
+		y += rowH
+	}
+	if mark > 0 {
+		b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="4 3"/>`, x(mark), top, x(mark), axisY)
+	}
+	b.f(`</g></svg>`)
+	return template.HTML(b.String())
+}
+
+var roleColor = map[string]string{"dataccel": color(0), "s3fs": color(1), "rclone": color(3), "direct": color(2), "local": color(4)}
+
+// timeRows are the bars of the times chart: each phase's median per path,
+// with its range over the runs.
+func (s *CompareSummary) timeRows() []hbar {
+	var rows []hbar
+	add := func(group, phase string, m map[string]float64, keys []string, names map[string]string) {
+		for _, k := range keys {
+			v, ok := m[k]
+			if !ok || v <= 0 {
+				continue
+			}
+			name := names[k]
+			if name == "" {
+				name = roleName(k)
+			}
+			r := hbar{group: group, label: name, value: v, color: roleColor[k]}
+			if runs := s.RunsS[phase][k]; len(runs) > 1 {
+				r.lo, r.hi = slices.Min(runs), slices.Max(runs)
+			}
+			r.tip = fmt.Sprintf("%s, %s: %s s (median of %d)", group, name, sec3(v), max(len(s.RunsS[phase][k]), 1))
+			if r.color == "" {
+				r.color = roleColor["dataccel"]
+			}
+			rows = append(rows, r)
+		}
+	}
+	add("cold epoch, no announcement", "cold", s.ColdS, compareRoles, nil)
+	add("warm re-read, right after", "warm", s.WarmS, compareRoles, nil)
+	add("cold epoch, order announced", "announced_cold", s.AnnouncedColdS, []string{"dataccel", "direct"}, map[string]string{"direct": "direct GETs beside it"})
+	add("after `dataccel warm`", "after_warm", s.AfterWarmS, []string{"warm", "epoch", "direct"},
+		map[string]string{"warm": "dataccel warm", "epoch": "dataccel epoch", "direct": "direct GETs beside it"})
+	add("warm re-read, peers unmounted", "alone_warm", s.AloneWarmS, []string{"dataccel", "local"}, nil)
+	add("warm re-read, Python open()", "python_open_warm", s.PythonOpenWarmS, []string{"dataccel", "local"}, nil)
+	add("listing a 10,000-file directory", "list_10k", s.List10kS, []string{"dataccel", "s3fs", "rclone"}, nil)
+	return rows
+}
+
+// targetRows are the bars of the targets chart: each bounded target's
+// value as a factor of its bound (1 = just met).
+func (s *CompareSummary) targetRows() []hbar {
+	var rows []hbar
+	for _, t := range s.Targets {
+		if !t.Bounded() {
+			continue
+		}
+		m := t.margin()
+		if math.IsNaN(m) {
+			continue
+		}
+		c, verdict := "#2ca02c", "met"
+		if !t.Met() {
+			c, verdict = "#d62728", "missed"
+		}
+		rows = append(rows, hbar{group: "measured / target", label: t.Name, value: max(m, 0.001), color: c,
+			tip:  fmt.Sprintf("%s: %s (target %s), %s", t.Name, sec2(t.Value), t.Bound(), verdict),
+			text: fmt.Sprintf("%s (%s) %s", sec2(t.Value), t.Bound(), verdict)})
+	}
+	return rows
+}
+
+// WriteHTML writes the summary as a self-contained page: the targets
+// (table and a chart of each against its bound), then every time as bars
+// with the range over the runs. No scripts, nothing fetched.
+func (s *CompareSummary) WriteHTML(w io.Writer) error {
+	var text strings.Builder
+	if err := s.WriteText(&text); err != nil {
+		return err
+	}
+	data := struct {
+		S             *CompareSummary
+		MB            int64
+		Met, Bounded  int
+		Targets, Time template.HTML
+		Text          string
+	}{S: s, MB: s.Dataset.Bytes / 1e6, Text: text.String()}
+	for _, t := range s.Targets {
+		if t.Bounded() {
+			data.Bounded++
+			if t.Met() {
+				data.Met++
+			}
+		}
+	}
+	data.Targets = hbarChart("targets", "Each target: measured / target (1 = just met)", s.targetRows(), 1,
+		func(v float64) string { return trimFloat(v) + "x" })
+	data.Time = hbarChart("times", "Seconds per phase (log scale; whiskers: range over the runs)", s.timeRows(), 0, fmtSec)
+	if err := compareTmpl.Execute(w, data); err != nil {
+		return fmt.Errorf("write html: %w", err)
+	}
+	return nil
+}
+
+var compareTmpl = template.Must(template.New("compare").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>dataccel beside s3fs and rclone</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
+h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em}
+table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+td.met{color:#1a7f1a} td.missed{color:#c00;font-weight:bold}
+pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
+svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
+</style></head><body>
+<h1>dataccel beside s3fs and rclone</h1>
+<p class="note">{{.S.Dataset.Prefix}}: {{.S.Dataset.Files}} files, {{.MB}} MB, order {{.S.Dataset.Order}},
+{{.S.Dataset.RTTMs}} ms round trip, {{.S.Dataset.Readers}} readers, batch {{.S.Dataset.Batch}};
+each time is the median of {{.S.Dataset.Repeats}} run(s). A fresh-memory touch of 1 GiB took
+{{index .S.FreshMemory "start"}} s at the start, {{index .S.FreshMemory "before_b"}} s before phase B and
+{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.</p>
+<h2>Targets: {{.Met}} of {{.Bounded}} met</h2>
+<table><tr><th>measure</th><th>measured</th><th>target</th><th>met</th></tr>
+{{range .S.Targets}}<tr><td>{{.Name}}</td><td>{{printf "%.2f" .Value}}</td><td>{{.Bound}}</td>{{if .Bounded}}{{if .Met}}<td class="met">met</td>{{else}}<td class="missed">missed</td>{{end}}{{else}}<td></td>{{end}}</tr>
+{{end}}</table>
+{{.Targets}}
+<h2>Times</h2>
+{{.Time}}
+<h2>As printed</h2>
+<pre>{{.Text}}</pre>
+</body></html>
+`))

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestTargetMet(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		name          string
+		t             Target
+		met, bounded  bool
+		bound         string
+		marginAtLeast float64 // margin() >= 1 exactly when met
+	}{
+		{"ratio over its min", Target{Value: 3.6, Min: f(3)}, true, true, ">= 3", 1},
+		{"ratio at its min", Target{Value: 0.67, Min: f(0.67)}, true, true, ">= 0.67", 1},
+		{"ratio under its min", Target{Value: 0.62, Min: f(0.67)}, false, true, ">= 0.67", 0},
+		{"figure under its max", Target{Value: -341, Max: f(300)}, true, true, "<= 300", 1},
+		{"figure over its max", Target{Value: 420, Max: f(300)}, false, true, "<= 300", 0},
+		{"no bound", Target{Value: 0.41}, true, false, "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.t.Met(); got != c.met {
+				t.Errorf("Met = %v, want %v", got, c.met)
+			}
+			if got := c.t.Bounded(); got != c.bounded {
+				t.Errorf("Bounded = %v, want %v", got, c.bounded)
+			}
+			if got := c.t.Bound(); got != c.bound {
+				t.Errorf("Bound = %q, want %q", got, c.bound)
+			}
+			if c.bounded && (c.t.margin() >= 1) != c.met {
+				t.Errorf("margin = %v: on the wrong side of 1 for met=%v", c.t.margin(), c.met)
+			}
+		})
+	}
+}
+
+// readCompareFixture reads a summary.json that bench/compare.sh wrote (one
+// flat directory, session 17): 7 of its 8 bounded targets met, announced x
+// direct missed.
+func readCompareFixture(t *testing.T) *CompareSummary {
+	t.Helper()
+	f, err := os.Open("testdata/compare-summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := ReadCompareSummary(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestReadCompareSummaryRejects(t *testing.T) {
+	for _, in := range []string{``, `{}`, `not json`, `{"dataset": {"files": 5}}`, `{"paths": [], "config": {}}`} {
+		if _, err := ReadCompareSummary(strings.NewReader(in)); err == nil {
+			t.Errorf("ReadCompareSummary(%q): no error", in)
+		}
+	}
+}
+
+func TestCompareText(t *testing.T) {
+	s := readCompareFixture(t)
+	var b bytes.Buffer
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"train-110000-10000-1000000-1: files 5000, 546 MB, order shuffle, 10 ms round trip, 16 readers, batch 32",
+		"dataccel       3.06 (1635) [3-3.41]",
+		"dataccel announced     2.92 (1712) [2.48-3.21]; direct GETs beside it 1.8 [1.71-2.25]",
+		"warm, peers unmounted  dataccel 93 ms [83-136], local disk 97 ms [76-105]",
+		"cold, announced: x direct-GET ceiling (>= 0.67): 0.62  MISSED",
+		"cold, no announcement: x the faster peer (>= 3): 3.62  met",
+		"peak RSS - RAM cache, MiB (<= 300): -341  met",
+		"after warm: warm + epoch x direct-GET ceiling: 0.41\n", // no bound, no verdict
+		"targets met: 7 of 8",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "MISSED"); n != 1 {
+		t.Errorf("%d MISSED, want 1", n)
+	}
+}
+
+func TestCompareHTML(t *testing.T) {
+	s := readCompareFixture(t)
+	var b bytes.Buffer
+	if err := s.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if !strings.Contains(page, "<h2>Targets: 7 of 8 met</h2>") {
+		t.Error("page lacks the count of targets met")
+	}
+	if n := strings.Count(page, `<td class="missed">`); n != 1 {
+		t.Errorf("%d targets marked missed, want 1", n)
+	}
+	if n := strings.Count(page, `<td class="met">`); n != 7 {
+		t.Errorf("%d targets marked met, want 7", n)
+	}
+	svgs := regexp.MustCompile(`(?s)<svg.*?</svg>`).FindAllString(page, -1)
+	if len(svgs) != 2 {
+		t.Fatalf("%d charts, want 2", len(svgs))
+	}
+	for _, svg := range svgs {
+		if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil {
+			t.Errorf("chart is not well-formed SVG: %v", err)
+		}
+	}
+	// One bar per bounded target, red for the one missed; one bar per time:
+	// 5 paths cold and warm, 2 announced, 3 after warm, 2 + 2 re-reads, 3 listings.
+	bars := func(svg string) int { return strings.Count(svg, `class="bar"`) }
+	if n := bars(svgs[0]); n != 8 {
+		t.Errorf("targets chart: %d bars, want 8", n)
+	}
+	if n := strings.Count(svgs[0], `fill="#d62728"`); n != 1 {
+		t.Errorf("targets chart: %d red bars, want 1", n)
+	}
+	if n := bars(svgs[1]); n != 22 {
+		t.Errorf("times chart: %d bars, want 22", n)
+	}
+	for _, fetch := range []string{"<script", " src=", " href="} {
+		if strings.Contains(page, fetch) {
+			t.Errorf("page has %q: not self-contained", fetch)
+		}
+	}
+}
