@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"html/template"
@@ -102,7 +103,7 @@ func ReadCompareSummary(r io.Reader) (*CompareSummary, error) {
 		return nil, fmt.Errorf("read comparison summary: %w", err)
 	}
 	if s.Dataset.Files <= 0 || len(s.ColdS) == 0 {
-		return nil, fmt.Errorf("read comparison summary: no dataset or no cold epochs: not a compare.sh summary.json")
+		return nil, errors.New("read comparison summary: no dataset or no cold epochs: not a compare.sh summary.json")
 	}
 	return &s, nil
 }
@@ -312,7 +313,21 @@ func hbarChart(id, title string, rows []hbar, mark float64, label func(float64) 
 	return template.HTML(b.String())
 }
 
-var roleColor = map[string]string{"dataccel": color(0), "s3fs": color(1), "rclone": color(3), "direct": color(2), "local": color(4)}
+// roleColor is a path's colour in every chart; dataccel's own phases
+// (warm, epoch) take dataccel's.
+func roleColor(role string) string {
+	switch role {
+	case "s3fs":
+		return color(1)
+	case "rclone":
+		return color(3)
+	case "direct":
+		return color(2)
+	case "local":
+		return color(4)
+	}
+	return color(0)
+}
 
 // timeRows are the bars of the times chart: each phase's median per path,
 // with its range over the runs.
@@ -328,14 +343,11 @@ func (s *CompareSummary) timeRows() []hbar {
 			if name == "" {
 				name = roleName(k)
 			}
-			r := hbar{group: group, label: name, value: v, color: roleColor[k]}
+			r := hbar{group: group, label: name, value: v, color: roleColor(k)}
 			if runs := s.RunsS[phase][k]; len(runs) > 1 {
 				r.lo, r.hi = slices.Min(runs), slices.Max(runs)
 			}
 			r.tip = fmt.Sprintf("%s, %s: %s s (median of %d)", group, name, sec3(v), max(len(s.RunsS[phase][k]), 1))
-			if r.color == "" {
-				r.color = roleColor["dataccel"]
-			}
 			rows = append(rows, r)
 		}
 	}
