@@ -18,6 +18,7 @@ import (
 // of the comparison. Paths are keyed by role: dataccel, s3fs, rclone,
 // direct (direct GETs) and local (a copy on local disk).
 type CompareSummary struct {
+	Command string `json:"command"` // the variables that reproduce the run, before `make compare`
 	Dataset struct {
 		Prefix  string  `json:"prefix"`
 		Order   string  `json:"order"`
@@ -150,6 +151,9 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	rate := func(v float64) string { return fmt.Sprintf("%.0f", files/v) }
 	fmt.Fprintf(&b, "%s: files %d, %d MB, order %s, %s ms round trip, %d readers, batch %d\n",
 		d.Prefix, d.Files, d.Bytes/1e6, d.Order, trimFloat(d.RTTMs), d.Readers, d.Batch)
+	if s.Command != "" {
+		fmt.Fprintf(&b, "command: %s\n", s.Command)
+	}
 	fmt.Fprintf(&b, "A, B, C, F: median of %d runs [range]\n\n", d.Repeats)
 	b.WriteString("seconds (files/s)      cold                      warm\n")
 	for _, k := range compareRoles {
@@ -431,7 +435,7 @@ svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
 <h1>dataccel beside s3fs and rclone</h1>
 <p class="note">{{.S.Dataset.Prefix}}: {{.S.Dataset.Files}} files, {{.MB}} MB, order {{.S.Dataset.Order}},
 {{.S.Dataset.RTTMs}} ms round trip, {{.S.Dataset.Readers}} readers, batch {{.S.Dataset.Batch}};
-each time is the median of {{.S.Dataset.Repeats}} run(s). A fresh-memory touch of 1 GiB took
+each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Command: <code>{{.S.Command}}</code>.{{end}} A fresh-memory touch of 1 GiB took
 {{index .S.FreshMemory "start"}} s at the start, {{index .S.FreshMemory "before_b"}} s before phase B and
 {{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.</p>
 <h2>Targets: {{.Met}} of {{.Bounded}} met</h2>

@@ -228,7 +228,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
-  --arg order "$ORDER" --arg repeats "$REPEATS" '
+  --arg order "$ORDER" --arg repeats "$REPEATS" \
+  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS make compare" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
   def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
   def role: if test("/mnt-dataccel/") then "dataccel" elif test("/mnt-s3fs/") then "s3fs"
@@ -246,7 +247,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)},
     list_10k: {dataccel: $list_dc, s3fs: $list_s3fs, rclone: $list_rc} } as $runs |
   ($runs | medians) as $m |
-  { dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
+  { command: $command,
+    dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
       readers: ($readers|tonumber), batch: ($batch|tonumber), repeats: ($repeats|tonumber)},
     cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, python_open_warm_s: $m.python_open_warm, after_warm_s: $m.after_warm,
     runs_s: $runs,

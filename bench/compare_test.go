@@ -76,6 +76,7 @@ func TestCompareText(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"train-110000-10000-1000000-1: files 5000, 546 MB, order shuffle, 10 ms round trip, 16 readers, batch 32",
+		"command: FILES=5000 MEAN_SIZE=110000 MIN_SIZE=10000 MAX_SIZE=1000000 CLASSES=1 ORDER=shuffle BATCH=32 READERS=16 RTT_MS=10 REPEATS=3 make compare",
 		"dataccel       3.06 (1635) [3-3.41]",
 		"dataccel announced     2.92 (1712) [2.48-3.21]; direct GETs beside it 1.8 [1.71-2.25]",
 		"warm, peers unmounted  dataccel 93 ms [83-136], local disk 97 ms [76-105]",
@@ -103,6 +104,9 @@ func TestCompareHTML(t *testing.T) {
 	page := b.String()
 	if !strings.Contains(page, "<h2>Targets: 7 of 8 met</h2>") {
 		t.Error("page lacks the count of targets met")
+	}
+	if !strings.Contains(page, "<code>FILES=5000 MEAN_SIZE=110000") {
+		t.Error("page lacks the command that reproduces the run")
 	}
 	if n := strings.Count(page, `<td class="missed">`); n != 1 {
 		t.Errorf("%d targets marked missed, want 1", n)
