@@ -81,6 +81,19 @@ func (t Target) Bound() string {
 	return ""
 }
 
+// ValueText is t's value with two decimals, or as many more as it takes
+// not to round it onto the other side of its bound (0.6663 against >= 0.67).
+func (t Target) ValueText() string {
+	for d := 2; d <= 6; d++ {
+		text := round(t.Value, d)
+		v, err := strconv.ParseFloat(text, 64)
+		if err == nil && (Target{Value: v, Min: t.Min, Max: t.Max}).Met() == t.Met() {
+			return text
+		}
+	}
+	return strconv.FormatFloat(t.Value, 'f', -1, 64)
+}
+
 // margin is how far t is from its bound, as a factor: >= 1 when met. A
 // Max bound on a figure that can be negative (RSS under the RAM cache)
 // compares bound minus value against the bound.
@@ -209,7 +222,7 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 				met++
 				verdict = "met"
 			}
-			line = fmt.Sprintf("%s (%s): %s  %s", t.Name, t.Bound(), sec2(t.Value), verdict)
+			line = fmt.Sprintf("%s (%s): %s  %s", t.Name, t.Bound(), t.ValueText(), verdict)
 		}
 		b.WriteString(line + "\n")
 	}
@@ -383,8 +396,8 @@ func (s *CompareSummary) targetRows() []hbar {
 			c, verdict = "#d62728", "missed"
 		}
 		rows = append(rows, hbar{group: "measured / target", label: t.Name, value: max(m, 0.001), color: c,
-			tip:  fmt.Sprintf("%s: %s (target %s), %s", t.Name, sec2(t.Value), t.Bound(), verdict),
-			text: fmt.Sprintf("%s (%s) %s", sec2(t.Value), t.Bound(), verdict)})
+			tip:  fmt.Sprintf("%s: %s (target %s), %s", t.Name, t.ValueText(), t.Bound(), verdict),
+			text: fmt.Sprintf("%s (%s) %s", t.ValueText(), t.Bound(), verdict)})
 	}
 	return rows
 }
@@ -440,7 +453,7 @@ each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Comma
 {{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.</p>
 <h2>Targets: {{.Met}} of {{.Bounded}} met</h2>
 <table><tr><th>measure</th><th>measured</th><th>target</th><th>met</th></tr>
-{{range .S.Targets}}<tr><td>{{.Name}}</td><td>{{printf "%.2f" .Value}}</td><td>{{.Bound}}</td>{{if .Bounded}}{{if .Met}}<td class="met">met</td>{{else}}<td class="missed">missed</td>{{end}}{{else}}<td></td>{{end}}</tr>
+{{range .S.Targets}}<tr><td>{{.Name}}</td><td>{{.ValueText}}</td><td>{{.Bound}}</td>{{if .Bounded}}{{if .Met}}<td class="met">met</td>{{else}}<td class="missed">missed</td>{{end}}{{else}}<td></td>{{end}}</tr>
 {{end}}</table>
 {{.Targets}}
 <h2>Times</h2>

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -12,18 +13,19 @@ import (
 func TestTargetMet(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	for _, c := range []struct {
-		name          string
-		t             Target
-		met, bounded  bool
-		bound         string
-		marginAtLeast float64 // margin() >= 1 exactly when met
+		name         string
+		t            Target
+		met, bounded bool
+		bound        string
 	}{
-		{"ratio over its min", Target{Value: 3.6, Min: f(3)}, true, true, ">= 3", 1},
-		{"ratio at its min", Target{Value: 0.67, Min: f(0.67)}, true, true, ">= 0.67", 1},
-		{"ratio under its min", Target{Value: 0.62, Min: f(0.67)}, false, true, ">= 0.67", 0},
-		{"figure under its max", Target{Value: -341, Max: f(300)}, true, true, "<= 300", 1},
-		{"figure over its max", Target{Value: 420, Max: f(300)}, false, true, "<= 300", 0},
-		{"no bound", Target{Value: 0.41}, true, false, "", 0},
+		{"ratio over its min", Target{Value: 3.6, Min: f(3)}, true, true, ">= 3"},
+		{"ratio at its min", Target{Value: 0.67, Min: f(0.67)}, true, true, ">= 0.67"},
+		{"ratio under its min", Target{Value: 0.62, Min: f(0.67)}, false, true, ">= 0.67"},
+		{"ratio that rounds onto its min", Target{Value: 0.6663, Min: f(0.67)}, false, true, ">= 0.67"},
+		{"ratio a hair under its min", Target{Value: 0.6699999, Min: f(0.67)}, false, true, ">= 0.67"},
+		{"figure under its max", Target{Value: -341, Max: f(300)}, true, true, "<= 300"},
+		{"figure over its max", Target{Value: 420, Max: f(300)}, false, true, "<= 300"},
+		{"no bound", Target{Value: 0.41}, true, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := c.t.Met(); got != c.met {
@@ -37,6 +39,10 @@ func TestTargetMet(t *testing.T) {
 			}
 			if c.bounded && (c.t.margin() >= 1) != c.met {
 				t.Errorf("margin = %v: on the wrong side of 1 for met=%v", c.t.margin(), c.met)
+			}
+			// The value as shown must not contradict the verdict.
+			if v, err := strconv.ParseFloat(c.t.ValueText(), 64); err != nil || (Target{Value: v, Min: c.t.Min, Max: c.t.Max}).Met() != c.met {
+				t.Errorf("ValueText = %q: reads as the other verdict (%v)", c.t.ValueText(), err)
 			}
 		})
 	}
