@@ -91,7 +91,7 @@ func (t Target) ValueText() string {
 			return text
 		}
 	}
-	return strconv.FormatFloat(t.Value, 'f', -1, 64)
+	return trimFloat(t.Value)
 }
 
 // margin is how far t is from its bound, as a factor: >= 1 when met. A
@@ -212,23 +212,33 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 			sec2(m["off"]), rate(m["off"]), sec2(m["dir_order"]), rate(m["dir_order"]), sec2(m["announced"]), rate(m["announced"]))
 	}
 	b.WriteString("\n")
-	met, bounded := 0, 0
 	for _, t := range s.Targets {
-		line := fmt.Sprintf("%s: %s", t.Name, sec2(t.Value))
-		if t.Bounded() {
-			bounded++
-			verdict := "MISSED"
-			if t.Met() {
-				met++
-				verdict = "met"
-			}
-			line = fmt.Sprintf("%s (%s): %s  %s", t.Name, t.Bound(), t.ValueText(), verdict)
+		switch {
+		case !t.Bounded():
+			fmt.Fprintf(&b, "%s: %s\n", t.Name, t.ValueText())
+		case t.Met():
+			fmt.Fprintf(&b, "%s (%s): %s  met\n", t.Name, t.Bound(), t.ValueText())
+		default:
+			fmt.Fprintf(&b, "%s (%s): %s  MISSED\n", t.Name, t.Bound(), t.ValueText())
 		}
-		b.WriteString(line + "\n")
 	}
+	met, bounded := s.targetsMet()
 	fmt.Fprintf(&b, "targets met: %d of %d\n", met, bounded)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// targetsMet counts the targets with a bound, and those of them met.
+func (s *CompareSummary) targetsMet() (met, bounded int) {
+	for _, t := range s.Targets {
+		if t.Bounded() {
+			bounded++
+			if t.Met() {
+				met++
+			}
+		}
+	}
+	return met, bounded
 }
 
 // hbar is one row of a horizontal bar chart.
@@ -417,14 +427,7 @@ func (s *CompareSummary) WriteHTML(w io.Writer) error {
 		Targets, Time template.HTML
 		Text          string
 	}{S: s, MB: s.Dataset.Bytes / 1e6, Text: text.String()}
-	for _, t := range s.Targets {
-		if t.Bounded() {
-			data.Bounded++
-			if t.Met() {
-				data.Met++
-			}
-		}
-	}
+	data.Met, data.Bounded = s.targetsMet()
 	data.Targets = hbarChart("targets", "Each target: measured / target (1 = just met)", s.targetRows(), 1,
 		func(v float64) string { return trimFloat(v) + "x" })
 	data.Time = hbarChart("times", "Seconds per phase (log scale; whiskers: range over the runs)", s.timeRows(), 0, fmtSec)

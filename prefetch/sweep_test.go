@@ -41,17 +41,16 @@ func TestSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			fetched := func(objs []store.Object) int { return fetchedFiles(st, objs) }
 			if tc.wantSwept {
-				waitFor(t, "sweep of dir a", func() bool { return fetched(a) == len(a) })
+				waitFor(t, "sweep of dir a", func() bool { return fetchedFiles(st, a) == len(a) })
 			} else {
 				time.Sleep(50 * time.Millisecond)
-				if n := fetched(a); n > 2 {
+				if n := fetchedFiles(st, a); n > 2 {
 					t.Fatalf("%d files of a fetched though the sweep exceeds SweepBytes", n)
 				}
 			}
 			time.Sleep(20 * time.Millisecond)
-			if n := fetched(b); n != 0 {
+			if n := fetchedFiles(st, b); n != 0 {
 				t.Fatalf("%d files of the untouched directory fetched", n)
 			}
 			// Every file of a read after the sweep costs no GET.
@@ -100,21 +99,20 @@ func TestSweepSpreads(t *testing.T) {
 					}
 				}
 			}
-			fetched := func(objs []store.Object) int { return fetchedFiles(st, objs) }
 			for i, objs := range dirs[:tc.dirsRead] {
-				waitFor(t, fmt.Sprintf("sweep of class%02d, read", i), func() bool { return fetched(objs) == len(objs) })
+				waitFor(t, fmt.Sprintf("sweep of class%02d, read", i), func() bool { return fetchedFiles(st, objs) == len(objs) })
 			}
 			unread := slices.Concat(dirs[tc.dirsRead:]...)
 			if tc.wantAllOf {
-				waitFor(t, "sweep of the classes not read", func() bool { return fetched(unread) == len(unread) })
+				waitFor(t, "sweep of the classes not read", func() bool { return fetchedFiles(st, unread) == len(unread) })
 			} else {
 				time.Sleep(50 * time.Millisecond)
-				if n := fetched(unread); n != 0 {
+				if n := fetchedFiles(st, unread); n != 0 {
 					t.Fatalf("%d files of directories not read fetched before reads spread", n)
 				}
 			}
 			time.Sleep(20 * time.Millisecond)
-			if n := fetched(other); n != 0 {
+			if n := fetchedFiles(st, other); n != 0 {
 				t.Fatalf("%d files of another parent's directory fetched", n)
 			}
 			for _, o := range all[:len(all)-len(other)] {
