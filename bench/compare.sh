@@ -28,7 +28,7 @@
 # under runs_s, the targets) and $OUT/summary.html, and prints the table and each target met or missed
 # (`dataccel bench compare-report`).
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
-# other file mixes and orders: MEAN_SIZE (110000), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
+# other file mixes and orders: MEAN_SIZE (110000; within MIN_SIZE..MAX_SIZE), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
 # per worker). A mix other than the default gets its own prefix.
 set -euo pipefail
@@ -40,6 +40,11 @@ MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-
 ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
+for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES READERS BATCH RTT_MS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: want a whole number" >&2; exit 2; }
+done
+((MIN_SIZE <= MEAN_SIZE && MEAN_SIZE <= MAX_SIZE)) ||
+  { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE): set them around it" >&2; exit 2; }
 DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }

@@ -3,7 +3,10 @@ package bench
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -145,5 +148,34 @@ func TestCompareHTML(t *testing.T) {
 		if strings.Contains(page, fetch) {
 			t.Errorf("page has %q: not self-contained", fetch)
 		}
+	}
+}
+
+// TestCompareScriptRejectsBadMix: compare.sh refuses a mix it cannot
+// generate, before it installs, starts or writes anything.
+func TestCompareScriptRejectsBadMix(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		env     []string
+		wantMsg string
+	}{
+		{"mean under the smallest size", []string{"MEAN_SIZE=5000"}, "MEAN_SIZE=5000 lies outside MIN_SIZE..MAX_SIZE (10000..1000000)"},
+		{"mean over the largest size", []string{"MEAN_SIZE=300000", "MAX_SIZE=200000"}, "MEAN_SIZE=300000 lies outside"},
+		{"not a number", []string{"READERS=sixteen"}, "READERS=sixteen: want a whole number"},
+		{"unknown order", []string{"ORDER=random"}, "ORDER=random: want shuffle or dir"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			cmd := exec.Command("bash", "compare.sh")
+			cmd.Env = append(os.Environ(), append(c.env, "OUT="+out, "PEERS_DIR=/nonexistent")...)
+			msg, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(msg), c.wantMsg) {
+				t.Fatalf("compare.sh with %v: %v, want exit 2 saying %q; output:\n%s", c.env, err, c.wantMsg, msg)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Error("compare.sh created its output directory for a rejected mix")
+			}
+		})
 	}
 }

@@ -113,6 +113,25 @@ func (c GenConfig) withDefaults() GenConfig {
 	return c
 }
 
+// Validate says whether c, with its defaults filled, describes a dataset
+// Generate can write as asked.
+func (c GenConfig) Validate() error {
+	c = c.withDefaults()
+	if c.Files <= 0 {
+		return errors.New("gen: no files requested")
+	}
+	if c.MinSize > c.MaxSize || c.MinSize < 64 {
+		return fmt.Errorf("gen: bad size bounds [%d, %d]", c.MinSize, c.MaxSize)
+	}
+	// Sizes are clamped to the bounds: a mean outside them would give a
+	// dataset whose every file is one bound, not the mix asked for.
+	if c.MeanSize < c.MinSize || c.MeanSize > c.MaxSize {
+		return fmt.Errorf("gen: mean size %d lies outside the size bounds [%d, %d]: set the smallest and largest size around it",
+			c.MeanSize, c.MinSize, c.MaxSize)
+	}
+	return nil
+}
+
 // GenFile is one file of a generated dataset.
 type GenFile struct {
 	Key  string
@@ -185,13 +204,10 @@ type GenResult struct {
 // Generate writes the dataset to dst with bounded parallelism, reporting to
 // progress (nil: silent).
 func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress) (GenResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return GenResult{}, err
+	}
 	cfg = cfg.withDefaults()
-	if cfg.Files <= 0 {
-		return GenResult{}, errors.New("gen: no files requested")
-	}
-	if cfg.MinSize > cfg.MaxSize || cfg.MinSize < 64 {
-		return GenResult{}, fmt.Errorf("gen: bad size bounds [%d, %d]", cfg.MinSize, cfg.MaxSize)
-	}
 	start := time.Now()
 	bar := progress.Begin("gen", int64(cfg.Files))
 	defer bar.Done()

@@ -83,6 +83,31 @@ func TestGenerateDeterministic(t *testing.T) {
 	}
 }
 
+func TestGenerateRejectsBadSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		mean, min, max  int64
+		wantErrContains string
+	}{
+		{"mean under min", 5_000, 10_000, 1_000_000, "mean size 5000 lies outside the size bounds [10000, 1000000]"},
+		{"mean over max", 2_000_000, 0, 0, "mean size 2000000 lies outside the size bounds [10000, 1000000]"},
+		{"min over max", 50_000, 200_000, 100_000, "bad size bounds [200000, 100000]"},
+		{"min too small", 1_000, 10, 0, "bad size bounds [10, 1000000]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := GenConfig{Files: 3, MeanSize: tc.mean, MinSize: tc.min, MaxSize: tc.max}
+			_, err := Generate(context.Background(), cfg, DirPutter{Root: dir}, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrContains) {
+				t.Fatalf("err %v, want one containing %q", err, tc.wantErrContains)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("%d entries written for a rejected config", len(ents))
+			}
+		})
+	}
+}
+
 func TestGeneratePresets(t *testing.T) {
 	want := map[string][2]int{"imagenet-mini": {4000, 40}, "imagenet-1k": {1281167, 1000}}
 	for _, p := range GenPresets() {

@@ -108,6 +108,9 @@ func newBenchGenCmd() *cobra.Command {
 			if cfg.Files <= 0 || cfg.Classes <= 0 {
 				return usageError{errors.New("-n and --classes must be positive")}
 			}
+			if err := cfg.Validate(); err != nil { // before the bucket is made
+				return usageError{err}
+			}
 			var dst bench.Putter = bench.DirPutter{Root: to}
 			if strings.HasPrefix(to, "s3://") {
 				st, prefix, err := benchStoreFromURL(to, s3f, cfg.Concurrency)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -232,6 +233,33 @@ func TestCompareReport(t *testing.T) {
 	}
 	if _, err := os.Stat(badPage); err == nil {
 		t.Error("a page was written for a bad summary")
+	}
+}
+
+// TestBenchGenSizeErrors: sizes that cannot give the asked-for mix are a
+// usage error (exit 2) before anything is written or any bucket made.
+func TestBenchGenSizeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, wantMsg string
+		args          []string
+	}{
+		{"mean under the smallest size", "mean size 5000 lies outside the size bounds [10000, 1000000]", []string{"--mean-size", "5000"}},
+		{"mean over the largest size", "mean size 300000 lies outside the size bounds [1000, 200000]",
+			[]string{"--mean-size", "300000", "--min-size", "1000", "--max-size", "200000"}},
+		{"bounds crossed", "bad size bounds [5000, 4000]", []string{"--mean-size", "4500", "--min-size", "5000", "--max-size", "4000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ds")
+			args := append([]string{"bench", "gen", "-q", "--to", dir, "-n", "5"}, tc.args...)
+			out, err := exec.Command(bin, args...).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.wantMsg) {
+				t.Fatalf("bench gen %v: %v, want exit 2 saying %q; output:\n%s", tc.args, err, tc.wantMsg, out)
+			}
+			if _, err := os.Stat(dir); err == nil {
+				t.Error("the destination was created for a rejected dataset")
+			}
+		})
 	}
 }
 
