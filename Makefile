@@ -18,8 +18,7 @@ deps:
 	./scripts/deps.sh
 
 # The full suite: real S3 server (started by the tests), real FUSE mounts, race detector.
-test: deps
-	$(GO) vet ./...
+test: deps vet
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) fuzz
 
@@ -30,8 +29,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzScanPage$$' -fuzztime $(FUZZ_EXECS_SCAN)x ./store/s3
 	$(GO) test -run '^$$' -fuzz '^FuzzReadResponse$$' -fuzztime $(FUZZ_EXECS)x ./store/s3
 
+# go vet, then staticcheck at a pinned version (fetched through the Go module proxy).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 vet:
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 demo: deps build
 	./scripts/demo.sh

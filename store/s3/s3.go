@@ -183,13 +183,11 @@ func (s *Store) Bucket() string { return s.bucket }
 // an unreachable endpoint, bad credentials or a missing bucket each give a
 // distinct error. Bound it with a context deadline.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx) // stops the listing after its first answer
 	defer cancel()
-	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
-		if info.Err != nil {
-			return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(info.Err))
-		}
-		break
+	first, ok := <-s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
+	if ok && first.Err != nil {
+		return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(first.Err))
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("check bucket %q: %w", s.bucket, err)
