@@ -302,9 +302,8 @@ func hbarChart(id, title string, rows []hbar, mark float64, label func(float64) 
 		ticks = append(ticks, t)
 	}
 	var b svgBuf
-	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s" font-family="sans-serif" font-size="11">`,
-		w, h, w, h, html.EscapeString(title))
-	b.f(`<title>%s</title><g id="%s">`, html.EscapeString(title), id)
+	b.start(w, h, title)
+	b.f(`<g id="%s">`, id)
 	axisY := h - axisH + 5
 	for _, t := range ticks {
 		b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`, x(t), top, x(t), axisY)
@@ -401,9 +400,9 @@ func (s *CompareSummary) targetRows() []hbar {
 		if math.IsNaN(m) {
 			continue
 		}
-		c, verdict := "#2ca02c", "met"
+		c, verdict := color(2), "met" // green
 		if !t.Met() {
-			c, verdict = "#d62728", "missed"
+			c, verdict = color(1), "missed" // red
 		}
 		rows = append(rows, hbar{group: "measured / target", label: t.Name, value: max(m, 0.001), color: c,
 			tip:  fmt.Sprintf("%s: %s (target %s), %s", t.Name, t.ValueText(), t.Bound(), verdict),
@@ -440,13 +439,7 @@ func (s *CompareSummary) WriteHTML(w io.Writer) error {
 var compareTmpl = template.Must(template.New("compare").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dataccel beside s3fs and rclone</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
-h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em}
-table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
-td.met{color:#1a7f1a} td.missed{color:#c00;font-weight:bold}
-pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
-svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
+` + pageStyle + `td.met{color:#1a7f1a} td.missed{color:#c00;font-weight:bold}
 </style></head><body>
 <h1>dataccel beside s3fs and rclone</h1>
 <p class="note">{{.S.Dataset.Prefix}}: {{.S.Dataset.Files}} files, {{.MB}} MB, order {{.S.Dataset.Order}},

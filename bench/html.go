@@ -28,19 +28,22 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	return nil
 }
 
+// pageStyle is the style sheet of every page this package writes.
+const pageStyle = `body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
+h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em}
+table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
+svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
+`
+
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"sec":    fmtSec,
 	"mul100": func(v float64) float64 { return v * 100 },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dataccel bench report</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
-h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em}
-table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
-pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
-svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
-</style></head><body>
+` + pageStyle + `</style></head><body>
 <h1>dataccel bench report</h1>
 <p class="note">Started {{.R.Started.Format "2006-01-02 15:04:05 UTC"}}; profile {{.R.Config.Profile}},
 {{.R.Config.Accelerators}} accelerator(s), {{.R.Config.Workers}} workers each, batch {{.R.Config.Batch}}, {{.R.Config.Epochs}} epoch(s), order {{.R.Config.Order}}.
@@ -77,10 +80,16 @@ type svgBuf struct{ strings.Builder }
 
 func (b *svgBuf) f(format string, args ...any) { fmt.Fprintf(&b.Builder, format, args...) }
 
-func (b *svgBuf) open(title string) {
+// start opens an SVG element of w x h pixels with its title.
+func (b *svgBuf) start(w, h int, title string) {
 	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s" font-family="sans-serif" font-size="11">`,
-		chartW, chartH, chartW, chartH, html.EscapeString(title))
+		w, h, w, h, html.EscapeString(title))
 	b.f(`<title>%s</title>`, html.EscapeString(title))
+}
+
+// open starts a chart of the standard size, framed.
+func (b *svgBuf) open(title string) {
+	b.start(chartW, chartH, title)
 	b.f(`<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`, padL, padT, chartW-padL-padR, chartH-padT-padB)
 }
 

@@ -124,6 +124,44 @@ func TestSweepSpreads(t *testing.T) {
 	}
 }
 
+// TestSweepTopLevelDoesNotSpread: files at the bucket's top level lie in
+// no directory of a parent, so reading them does not count as one of the
+// spreadAfter directories that make the sweep take every directory at the
+// top: with them and one directory fewer read, the others stay unswept.
+func TestSweepTopLevelDoesNotSpread(t *testing.T) {
+	st := newFakeStore()
+	var dirs [][]store.Object
+	var all []store.Object
+	for i := range 8 {
+		objs := addFiles(st, fmt.Sprintf("class%02d", i), 3, 1000)
+		dirs = append(dirs, objs)
+		all = append(all, objs...)
+	}
+	var top []store.Object
+	for i := range 3 {
+		top = append(top, st.add(fmt.Sprintf("top%d.jpg", i), 1000))
+	}
+	all = append(all, top...)
+	slices.SortFunc(all, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: all})
+	read := append([][]store.Object{top}, dirs[:spreadAfter-1]...)
+	for _, objs := range read {
+		for _, o := range objs[:2] {
+			if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, objs := range read {
+		waitFor(t, fmt.Sprintf("sweep of read group %d", i), func() bool { return fetchedFiles(st, objs) == len(objs) })
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := fetchedFiles(st, slices.Concat(dirs[spreadAfter-1:]...)); n != 0 {
+		t.Fatalf("%d files of directories not read fetched: the top level counted as a directory read", n)
+	}
+}
+
 // fetchedFiles counts the objects of objs that st has served a GET of.
 func fetchedFiles(st *fakeStore, objs []store.Object) int {
 	n := 0
