@@ -67,10 +67,7 @@ func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
 // cached returns the listing of dir if it is held and younger than the
 // TTL, without fetching; otherwise nil.
 func (ns *namespace) cached(dir string) *listing {
-	ns.mu.Lock()
-	l := ns.dirs[dir]
-	ns.mu.Unlock()
-	if l != nil && ns.now().Sub(l.at) < ns.ttl {
+	if l := ns.held(dir); l != nil && ns.now().Sub(l.at) < ns.ttl {
 		return l
 	}
 	return nil
