@@ -81,13 +81,7 @@ func TestSweepSpreads(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore()
-			var dirs [][]store.Object
-			var all []store.Object
-			for i := range 12 {
-				objs := addFiles(st, fmt.Sprintf("ds/class%02d", i), 3, 1000)
-				dirs = append(dirs, objs)
-				all = append(all, objs...)
-			}
+			dirs, all := addClasses(st, "ds/", 12)
 			other := addFiles(st, "zz/other", 3, 1000)
 			all = append(all, other...)
 			l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
@@ -130,13 +124,7 @@ func TestSweepSpreads(t *testing.T) {
 // top: with them and one directory fewer read, the others stay unswept.
 func TestSweepTopLevelDoesNotSpread(t *testing.T) {
 	st := newFakeStore()
-	var dirs [][]store.Object
-	var all []store.Object
-	for i := range 8 {
-		objs := addFiles(st, fmt.Sprintf("class%02d", i), 3, 1000)
-		dirs = append(dirs, objs)
-		all = append(all, objs...)
-	}
+	dirs, all := addClasses(st, "", 8)
 	var top []store.Object
 	for i := range 3 {
 		top = append(top, st.add(fmt.Sprintf("top%d.jpg", i), 1000))
@@ -160,6 +148,17 @@ func TestSweepTopLevelDoesNotSpread(t *testing.T) {
 	if n := fetchedFiles(st, slices.Concat(dirs[spreadAfter-1:]...)); n != 0 {
 		t.Fatalf("%d files of directories not read fetched: the top level counted as a directory read", n)
 	}
+}
+
+// addClasses adds n class directories of three files under parent, and
+// returns each directory's files and all of them, in key order.
+func addClasses(st *fakeStore, parent string, n int) (dirs [][]store.Object, all []store.Object) {
+	for i := range n {
+		objs := addFiles(st, fmt.Sprintf("%sclass%02d", parent, i), 3, 1000)
+		dirs = append(dirs, objs)
+		all = append(all, objs...)
+	}
+	return dirs, all
 }
 
 // fetchedFiles counts the objects of objs that st has served a GET of.
