@@ -40,11 +40,12 @@ type DiskOptions struct {
 	// content, which the checksums turn into misses; a crashed process
 	// (SIGKILL) loses nothing either way.
 	Sync bool
-	// QueueLen bounds the blocks waiting to be written (default 64); Puts
-	// beyond it are dropped and counted. The queue holds the callers'
-	// slices (shared with the RAM tier under Tiered), so it pins at most
-	// QueueLen blocks of memory.
-	QueueLen int
+	// QueueLen bounds the blocks waiting to be written (default 64), and
+	// QueueBytes their bytes (default 64 MiB); Puts beyond either are
+	// dropped and counted. The queue holds the callers' slices: under
+	// Tiered, blocks the RAM tier gave up, memory no other bound counts.
+	QueueLen   int
+	QueueBytes int64
 	// Writers is the number of background writer goroutines (default 2,
 	// 4 with direct I/O); each appends to its own segment.
 	Writers int
@@ -146,8 +147,9 @@ type Disk struct {
 	queue  chan putItem // sends guarded by qmu (never after close)
 
 	pendMu   sync.Mutex
-	pend     int // guarded by pendMu; queued or being written
-	pendCond *sync.Cond
+	pend     int        // guarded by pendMu; queued or being written
+	pendSize int64      // guarded by pendMu: their bytes
+	pendCond *sync.Cond // broadcast when pend or pendSize falls
 
 	wg       sync.WaitGroup // writers
 	cwg      sync.WaitGroup // compactor
@@ -201,6 +203,9 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 	}
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 64
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = 64 << 20
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -577,14 +582,23 @@ func (d *Disk) Put(k Key, b []byte) {
 	if d.closed {
 		return
 	}
+	n := int64(len(b))
 	d.pendMu.Lock()
-	d.pend++
+	full := d.pendSize > 0 && d.pendSize+n > d.opts.QueueBytes
+	if !full {
+		d.pend++
+		d.pendSize += n
+	}
 	d.pendMu.Unlock()
+	if full {
+		d.stats.DiskDropped.Add(1)
+		return
+	}
 	select {
 	case d.queue <- putItem{key: k, data: b}:
 	default:
 		d.stats.DiskDropped.Add(1)
-		d.done()
+		d.done(n)
 	}
 }
 
@@ -600,20 +614,34 @@ func (d *Disk) putWait(k Key, b []byte) bool {
 	if d.closed {
 		return false
 	}
+	n := int64(len(b))
 	d.pendMu.Lock()
+	for d.pendSize > 0 && d.pendSize+n > d.opts.QueueBytes {
+		d.pendCond.Wait() // the writers drain the queue until Close, which waits for qmu
+	}
 	d.pend++
+	d.pendSize += n
 	d.pendMu.Unlock()
-	d.queue <- putItem{key: k, data: b} // the writers drain it until Close, which waits for qmu
+	d.queue <- putItem{key: k, data: b}
 	return true
 }
 
-func (d *Disk) done() {
+// done ends a queued write of n bytes (written or not).
+func (d *Disk) done(n int64) {
 	d.pendMu.Lock()
 	d.pend--
-	if d.pend == 0 {
-		d.pendCond.Broadcast()
-	}
+	d.pendSize -= n
+	d.pendCond.Broadcast()
 	d.pendMu.Unlock()
+}
+
+// Backlogged reports whether the write queue holds half of QueueBytes or
+// more: the disk is behind, and work that only fills the cache (the
+// sweep) should wait rather than have its blocks dropped.
+func (d *Disk) Backlogged() bool {
+	d.pendMu.Lock()
+	defer d.pendMu.Unlock()
+	return 2*d.pendSize >= d.opts.QueueBytes
 }
 
 // Flush waits until every Put made before it has been written or dropped.
@@ -695,8 +723,8 @@ func (d *Disk) writer() {
 		batch, next, have, open = d.gather(append(batch[:0], next))
 		d.write(a, &c, batch)
 		for i := range batch {
+			d.done(int64(len(batch[i].data)))
 			batch[i] = putItem{} // let the blocks go
-			d.done()
 		}
 	}
 }

@@ -1905,3 +1905,41 @@ func TestDiskDirectReadBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskQueueBytes: the write queue holds at most QueueBytes of blocks:
+// Puts beyond them are dropped (a queue long in blocks does not help), the
+// queue says it is backlogged while half full, and a Drain (putWait) waits
+// for room instead of dropping.
+func TestDiskQueueBytes(t *testing.T) {
+	stats := new(Stats)
+	const block, n = 64 << 10, 200
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, QueueLen: 1024, QueueBytes: 4 * block, Writers: 1,
+		Stats: stats, Sync: true, MinFreeFraction: -1})
+	if d.Backlogged() {
+		t.Fatal("an idle queue is backlogged")
+	}
+	backlogged := false
+	// Puts in a tight loop outrun one writer that fdatasyncs each block.
+	for i := range n {
+		d.Put(testKey(keyName(i), 1), blockFor(testKey(keyName(i), 1), block))
+		backlogged = backlogged || d.Backlogged()
+	}
+	d.Flush()
+	s := stats.Snapshot()
+	if s.DiskDropped == 0 || s.DiskDropped+s.DiskWrites != n {
+		t.Fatalf("dropped %d, written %d of %d puts; want some dropped, the rest written", s.DiskDropped, s.DiskWrites, n)
+	}
+	if !backlogged || d.Backlogged() {
+		t.Fatalf("backlogged while filling: %v, after Flush: %v; want true, false", backlogged, d.Backlogged())
+	}
+	for i := range 20 {
+		k := testKey(keyName(i), 2)
+		if !d.putWait(k, blockFor(k, block)) {
+			t.Fatal("putWait refused")
+		}
+	}
+	d.Flush()
+	if got := stats.Snapshot(); got.DiskDropped != s.DiskDropped || got.DiskWrites != s.DiskWrites+20 {
+		t.Fatalf("putWait: %d dropped, %d written; want none dropped, 20 written", got.DiskDropped-s.DiskDropped, got.DiskWrites-s.DiskWrites)
+	}
+}

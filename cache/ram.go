@@ -19,6 +19,7 @@ import (
 // the mount ends, not once per fetch.
 type RAM struct {
 	c     *ristretto.Cache[string, *ramEntry]
+	max   int64 // the bound given to NewRAM
 	stats *Stats
 
 	victim atomic.Pointer[func(Key, []byte)] // set once, before use
@@ -48,7 +49,7 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 		stats = new(Stats)
 	}
 	counters := min(max(10*maxBytes/assumedBlock, 1000), 50_000_000)
-	r := &RAM{stats: stats}
+	r := &RAM{max: maxBytes, stats: stats}
 	c, err := ristretto.NewCache(&ristretto.Config[string, *ramEntry]{
 		NumCounters:        counters,
 		MaxCost:            maxBytes,
@@ -145,6 +146,14 @@ func (r *RAM) Put(k Key, b []byte) {
 		r.stats.RAMDropped.Add(1)
 		r.givenUp(e)
 	}
+}
+
+// Reserve gives n bytes of the tier's bound to memory held elsewhere (the
+// blocks a loader has in flight or read ahead), so that both together stay
+// within it; the tier evicts down to the rest as new blocks arrive. A
+// quarter of the bound always stays the tier's. Safe for concurrent use.
+func (r *RAM) Reserve(n int64) {
+	r.c.UpdateMaxCost(max(r.max/4, r.max-n))
 }
 
 // Flush waits until earlier Puts are applied (ristretto buffers them), so a

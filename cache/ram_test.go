@@ -50,3 +50,40 @@ func TestRAMBytes(t *testing.T) {
 		t.Fatal("no block left the tier: the test did not overflow it")
 	}
 }
+
+// TestRAMReserve: bytes reserved for memory held elsewhere come out of the
+// tier's bound as new blocks arrive, never more than three quarters of it,
+// and come back once released.
+func TestRAMReserve(t *testing.T) {
+	const block, bound = 64 << 10, 2 << 20
+	stats := new(Stats)
+	r, err := NewRAM(bound, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	n := 0
+	fill := func(blocks int) int64 {
+		for range blocks {
+			r.Put(testKey("a", int64(n)), make([]byte, block))
+			r.Flush()
+			n++
+		}
+		return stats.RAMBytes.Load()
+	}
+	if got := fill(64); got != bound {
+		t.Fatalf("%d bytes held with nothing reserved, want the bound %d", got, bound)
+	}
+	for _, tc := range []struct {
+		reserve, want int64
+	}{
+		{bound / 2, bound / 2},
+		{bound, bound / 4}, // a quarter stays the tier's
+		{0, bound},
+	} {
+		r.Reserve(tc.reserve)
+		if got := fill(64); got != tc.want {
+			t.Errorf("%d bytes held with %d reserved, want %d", got, tc.reserve, tc.want)
+		}
+	}
+}

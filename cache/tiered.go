@@ -156,6 +156,13 @@ func (t *Tiered) Flush() {
 	}
 }
 
+// Backlogged reports whether the disk tier's writes are behind (its queue
+// half full): see Disk.Backlogged.
+func (t *Tiered) Backlogged() bool {
+	b, ok := t.disk.(interface{ Backlogged() bool })
+	return ok && b.Backlogged()
+}
+
 // container is implemented by tiers that can say cheaply whether they hold a
 // block, without reading it (a disk tier would read and verify the file).
 type container interface{ Contains(Key) bool }

@@ -14,7 +14,8 @@ import (
 // room (evict ready blocks) between tries and background workers must be
 // able to wait for "something was released" without queueing.
 type budget struct {
-	stats *Stats
+	stats    *Stats
+	onChange func(used int64) // nil, or told every new used, under mu
 
 	mu      sync.Mutex
 	limit   int64         // fixed at creation
@@ -23,8 +24,17 @@ type budget struct {
 	changed chan struct{} // guarded by mu: closed (and replaced) on every release
 }
 
-func newBudget(limit int64, stats *Stats) *budget {
-	return &budget{limit: limit, stats: stats, changed: make(chan struct{})}
+func newBudget(limit int64, stats *Stats, onChange func(int64)) *budget {
+	return &budget{limit: limit, stats: stats, onChange: onChange, changed: make(chan struct{})}
+}
+
+// set records a new used; called with mu held.
+func (b *budget) set(used int64) {
+	b.used = used
+	b.stats.MemInUse.Store(used)
+	if b.onChange != nil {
+		b.onChange(used)
+	}
 }
 
 // clamp lets one block larger than the whole budget still be read: it is
@@ -45,8 +55,7 @@ func (b *budget) tryAcquire(n int64) bool {
 
 // take is called with mu held.
 func (b *budget) take(n int64) {
-	b.used += n
-	b.stats.MemInUse.Store(b.used)
+	b.set(b.used + n)
 	storeMax(&b.stats.MemPeak, b.used)
 }
 
@@ -92,8 +101,7 @@ func (b *budget) acquire(ctx context.Context, n int64, evict func() bool) error 
 func (b *budget) release(n int64) {
 	n = b.clamp(n)
 	b.mu.Lock()
-	b.used -= n
-	b.stats.MemInUse.Store(b.used)
+	b.set(b.used - n)
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,5 +95,26 @@ func TestMemoryBudgetHoldsWith1000Readers(t *testing.T) {
 	}
 	if stats.PrefetchSkipped.Load() == 0 {
 		t.Error("no read-ahead was skipped: the test did not press on the budget")
+	}
+}
+
+// TestBudgetTellsUse: the budget tells OnMemory every change of the bytes
+// it holds, in order, so that a RAM tier sharing the memory follows it.
+func TestBudgetTellsUse(t *testing.T) {
+	var told []int64
+	b := newBudget(100, new(Stats), func(used int64) { told = append(told, used) })
+	if !b.tryAcquire(30) {
+		t.Fatal("30 of 100 refused")
+	}
+	if err := b.acquire(context.Background(), 50, func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if b.tryAcquire(40) {
+		t.Fatal("40 more taken past the limit")
+	}
+	b.release(30)
+	b.release(50)
+	if want := []int64{30, 80, 50, 0}; !slices.Equal(told, want) {
+		t.Fatalf("told %v, want %v", told, want)
 	}
 }

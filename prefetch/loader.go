@@ -48,6 +48,12 @@ type Options struct {
 	// MemoryBudget bounds the bytes of blocks being fetched or held in the
 	// ready map across the loader (1 GiB). It does not cover the cache tier.
 	MemoryBudget int64
+	// OnMemory, when set, is told the bytes the budget holds each time
+	// they change, in order (under the budget's lock: it must not block).
+	// A RAM tier that shares its memory with the loader gives them up
+	// (cache.RAM.Reserve), so that blocks read ahead and blocks cached
+	// stay within one bound.
+	OnMemory func(inUse int64)
 	// PrefetchBytes: once prefetch GETs in flight (read-ahead included)
 	// fetch this many bytes, prefetch across files waits (32 MiB: 128
 	// files of 256 KB, 8 of 4 MB). Read-ahead within a file is not held
@@ -248,7 +254,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		log:       opts.Logger,
 		ctx:       ctx,
 		cancel:    cancel,
-		mem:       newBudget(opts.MemoryBudget, opts.Stats),
+		mem:       newBudget(opts.MemoryBudget, opts.Stats, opts.OnMemory),
 		gets:      make(chan struct{}, opts.MaxInflight),
 		pgets:     make(chan struct{}, max(1, opts.MaxInflight*3/4)),
 		maxPfetch: int64(4 * opts.MaxInflight),

@@ -3,6 +3,7 @@ package prefetch
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -167,6 +168,9 @@ func (s *sweeper) worker() {
 				b++ // cached by an earlier epoch or mount: no read, no GET
 				continue
 			}
+			if !s.waitForDisk() {
+				return // closing
+			}
 			if land == 0 {
 				land = s.landFor(obj)
 			}
@@ -176,6 +180,23 @@ func (s *sweeper) worker() {
 			}
 		}
 	}
+}
+
+// waitForDisk waits while the cache tier's disk writes are behind: what the
+// sweep fetches lands only in the cache, and a block the disk queue drops
+// would be a GET for nothing. It reports false once the loader closes.
+func (s *sweeper) waitForDisk() bool {
+	b, ok := s.l.tier.(interface{ Backlogged() bool })
+	for ok && b.Backlogged() {
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-s.l.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+	return s.l.ctx.Err() == nil
 }
 
 // workers is the sweep's share of the store. Measured on a loaded

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,4 +248,35 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 			t.Errorf("%s fetched again", k)
 		}
 	}
+}
+
+// backloggedTier is a mapTier whose disk writes are behind while busy is set.
+type backloggedTier struct {
+	*mapTier
+	busy atomic.Bool
+}
+
+func (t *backloggedTier) Backlogged() bool { return t.busy.Load() }
+
+// TestSweepWaitsForDisk: while the cache tier's disk writes are behind, the
+// sweep fetches nothing (its blocks would be dropped from the write queue,
+// a GET for nothing); once they catch up, it sweeps the directory.
+func TestSweepWaitsForDisk(t *testing.T) {
+	st := newFakeStore()
+	a := addFiles(st, "a", 40, 1000)
+	tier := &backloggedTier{mapTier: newMapTier()}
+	tier.busy.Store(true)
+	l := newTestLoader(t, st, tier, Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: a})
+	for _, o := range a[:2] {
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := fetchedFiles(st, a); n != 2 {
+		t.Fatalf("%d files fetched while the disk was behind, want the 2 read", n)
+	}
+	tier.busy.Store(false)
+	waitFor(t, "sweep of dir a", func() bool { return fetchedFiles(st, a) == len(a) })
 }

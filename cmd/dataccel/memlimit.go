@@ -6,16 +6,19 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync/atomic"
 	"time"
 )
 
 // memHeadroom is the least the Go heap may grow past the RAM cache before
-// the collector runs: room for blocks in flight, metadata and garbage.
-const memHeadroom = 256 << 20
+// the collector runs: room for metadata, the disk cache's write queue and
+// garbage (blocks in flight and read ahead share the RAM cache's bound).
+// With the runtime's own memory on top, a mount with a full RAM cache stays
+// within --ram-cache-size + 300 MiB.
+const memHeadroom = 192 << 20
 
 // memoryLimitFor returns the soft memory limit for a mount with a RAM cache
-// of ram bytes, holding held bytes, whose live heap is live bytes. The
+// of ram bytes, holding held bytes (the RAM cache's blocks and the loader's),
+// whose live heap is live bytes. The
 // default pacing (GOGC=100) lets the heap grow to twice the live heap before
 // collecting, and a full RAM cache is most of the live heap: the process
 // would hold the cache twice over. Only what is not cache (metadata, blocks
@@ -30,7 +33,7 @@ func memoryLimitFor(ram, held, live int64) int64 {
 // the live heap changes, until ctx ends, and then puts back the limit it
 // found. It leaves a limit set with GOMEMLIMIT (the Kubernetes manifests
 // set one from the container's limit) alone.
-func limitMemory(ctx context.Context, ram int64, held *atomic.Int64, logger *slog.Logger) {
+func limitMemory(ctx context.Context, ram int64, held func() int64, logger *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
@@ -42,7 +45,7 @@ func limitMemory(ctx context.Context, ram int64, held *atomic.Int64, logger *slo
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			live = int64(sample[0].Value.Uint64())
 		}
-		limit := memoryLimitFor(ram, held.Load(), live)
+		limit := memoryLimitFor(ram, held(), live)
 		debug.SetMemoryLimit(limit)
 		return limit
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 func TestMemoryLimitFor(t *testing.T) {
@@ -52,7 +54,7 @@ func TestLimitMemory(t *testing.T) {
 			debug.SetMemoryLimit(prev)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { limitMemory(ctx, ram, &held, slog.New(slog.DiscardHandler)); close(done) }()
+			go func() { limitMemory(ctx, ram, held.Load, slog.New(slog.DiscardHandler)); close(done) }()
 			deadline := time.Now().Add(2 * time.Second)
 			for debug.SetMemoryLimit(-1) == prev && env == "" && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -68,6 +70,40 @@ func TestLimitMemory(t *testing.T) {
 				t.Errorf("limit %d with GOMEMLIMIT set, want it left at %d", got, prev)
 			case env == "" && (got < ram+memHeadroom || got == prev):
 				t.Errorf("limit %d, want at least %d", got, ram+memHeadroom)
+			}
+		})
+	}
+}
+
+// TestPlanSharesRAM: blocks read ahead take their room from the RAM cache,
+// so the prefetch memory is at most half of it (at least 16 MiB); with no
+// RAM cache it is --prefetch-memory as given.
+func TestPlanSharesRAM(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		ram, prefetch string
+		want          int64
+	}{
+		{"1GiB", "1GiB", 512 * mib},
+		{"8GiB", "1GiB", 1024 * mib},
+		{"64MiB", "1GiB", 32 * mib},
+		{"20MiB", "1GiB", 16 * mib},
+		{"0", "1GiB", 1024 * mib},
+		{"1GiB", "256MiB", 256 * mib},
+	} {
+		t.Run(tc.ram+"/"+tc.prefetch, func(t *testing.T) {
+			var f mountFlags
+			cmd := &cobra.Command{}
+			f.register(cmd)
+			if err := cmd.Flags().Parse([]string{"--ram-cache-size", tc.ram, "--prefetch-memory", tc.prefetch}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := f.plan("s3://bucket/prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.prefetchMem != tc.want {
+				t.Fatalf("prefetch memory %d MiB, want %d MiB", p.prefetchMem/mib, tc.want/mib)
 			}
 		})
 	}

@@ -173,6 +173,12 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	} else if p.ramBytes, err = cache.ParseSizeOrPercent(ram, mem); err != nil {
 		return p, bad("ram-cache-size", err)
 	}
+	// Blocks read ahead or in flight take their room from the RAM cache
+	// (the loader reserves it there), so that the mount's blocks stay
+	// within --ram-cache-size: up to half of it.
+	if p.ramBytes > 0 {
+		p.prefetchMem = max(16<<20, min(p.prefetchMem, p.ramBytes/2))
+	}
 	// Pushed pages are charged to this process's memory cgroup (a
 	// sidecar's limit), beside the RAM cache and the prefetch buffers: the
 	// sweep pushes no more than what is left of it, less some headroom, so
@@ -257,16 +263,21 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		foreground = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})
 	}
 
-	tier, closeCache, err := openCache(f, p, logger, &stats.cache)
+	tier, ram, closeCache, err := openCache(f, p, logger, &stats.cache)
 	if err != nil {
 		return err
 	}
 	defer closeCache()
+	var onMemory func(int64)
+	if ram != nil {
+		onMemory = ram.Reserve
+	}
 	loader := prefetch.NewLoader(st, tier, prefetch.Options{
 		Foreground:    foreground,
 		BlockSize:     p.blockSize,
 		MaxInflight:   f.maxInflight,
 		MemoryBudget:  p.prefetchMem,
+		OnMemory:      onMemory,
 		PrefetchBytes: p.prefetchInflight,
 		CrossFile:     p.crossFile,
 		// An epoch reads every file once: fetch the rest of the directories
@@ -327,7 +338,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	var bgWork sync.WaitGroup
 	stopBG := func() { cancelBG(); bgWork.Wait() } // nothing may write the cache dir after this
 	defer stopBG()
-	bgWork.Go(func() { limitMemory(bg, p.ramBytes, &stats.cache.RAMBytes, logger) })
+	// The RAM cache and the loader's blocks share --ram-cache-size.
+	held := func() int64 { return stats.cache.RAMBytes.Load() + stats.prefetch.MemInUse.Load() }
+	bgWork.Go(func() { limitMemory(bg, p.ramBytes, held, logger) })
 	if p.manifestMode == "refresh" && len(preload) > 0 {
 		dirs := make([]string, len(preload))
 		for i, d := range preload {
@@ -393,31 +406,40 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	return nil
 }
 
-// openCache builds the RAM and disk tiers the flags ask for.
-func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stats) (cache.Tier, func(), error) {
+// openCache builds the RAM and disk tiers the flags ask for; it returns the
+// RAM tier apart too (nil when off), for the loader to reserve room in.
+func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stats) (cache.Tier, *cache.RAM, func(), error) {
 	var ram, disk cache.Tier
+	var ramTier *cache.RAM
 	var closers []func()
 	if p.ramBytes > 0 {
 		r, err := cache.NewRAM(p.ramBytes, stats)
 		if err != nil {
-			return nil, nil, fmt.Errorf("RAM cache: %w", err)
+			return nil, nil, nil, fmt.Errorf("RAM cache: %w", err)
 		}
-		ram = r
+		ram, ramTier = r, r
 		closers = append(closers, r.Close)
 	}
 	if f.cacheDir != "" {
 		opts := cache.DefaultDiskOptions(f.cacheDir, p.cacheBytes)
 		opts.Compress = f.cacheCompress
 		opts.MinFreeFraction = p.minFree
-		// Room for a burst of prefetched blocks (the sweep fetches at full
-		// parallelism), within the prefetch memory budget.
+		// Room for a burst of small blocks (the sweep fetches at full
+		// parallelism). The bytes: over a RAM tier the queue holds what RAM
+		// gave up, memory beyond --ram-cache-size, so it stays small (the
+		// sweep waits for the disk rather than have its blocks dropped);
+		// without one, a quarter of the prefetch memory.
 		opts.QueueLen = int(max(64, min(1024, p.prefetchMem/p.blockSize*8)))
+		opts.QueueBytes = 64 << 20
+		if ram == nil {
+			opts.QueueBytes = max(opts.QueueBytes, p.prefetchMem/4)
+		}
 		opts.Writers = 4
 		opts.Logger = logger
 		opts.Stats = stats
 		d, err := cache.NewDisk(opts)
 		if err != nil {
-			return nil, nil, fmt.Errorf("disk cache: %w", err)
+			return nil, nil, nil, fmt.Errorf("disk cache: %w", err)
 		}
 		disk = d
 		closers = append(closers, func() {
@@ -432,7 +454,7 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		}
 	}
 	if ram == nil && disk == nil {
-		return nil, closeAll, nil
+		return nil, nil, closeAll, nil
 	}
 	tiered := cache.NewTiered(ram, disk)
 	// Blocks only RAM holds reach the disk when the mount ends, so the next
@@ -444,7 +466,7 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 			logger.Info("RAM cache saved to the disk cache", "blocks", saved, "left", left, "seconds", time.Since(t0).Seconds())
 		}
 	})
-	return tiered, closeAll, nil
+	return tiered, ramTier, closeAll, nil
 }
 
 // drainTimeout bounds the save of the RAM cache to disk at exit.

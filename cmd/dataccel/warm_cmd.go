@@ -140,6 +140,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	opts.Logger = logger
 	opts.Stats = &cstats
 	opts.QueueLen = 4 * f.concurrency
+	opts.QueueBytes = max(p.prefetchMem, int64(f.concurrency)*p.blockSize) // warm's memory is the queue
 	disk, err := cache.NewDisk(opts)
 	if err != nil {
 		return fmt.Errorf("disk cache: %w (to warm the cache of a running mount, run warm on its mountpoint)", err)
