@@ -76,26 +76,30 @@ func TestLimitMemory(t *testing.T) {
 }
 
 // TestPlanSharesRAM: blocks read ahead take their room from the RAM cache,
-// so the prefetch memory is at most half of it (at least 16 MiB); with no
-// RAM cache it is --prefetch-memory as given.
+// so the prefetch memory is at most half of it, but eight blocks at least
+// (and never more than --prefetch-memory); with no RAM cache it is
+// --prefetch-memory as given.
 func TestPlanSharesRAM(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		ram, prefetch string
-		want          int64
+		ram, prefetch, block string
+		want                 int64
 	}{
-		{"1GiB", "1GiB", 512 * mib},
-		{"8GiB", "1GiB", 1024 * mib},
-		{"64MiB", "1GiB", 32 * mib},
-		{"20MiB", "1GiB", 16 * mib},
-		{"0", "1GiB", 1024 * mib},
-		{"1GiB", "256MiB", 256 * mib},
+		{"1GiB", "1GiB", "8MiB", 512 * mib},
+		{"8GiB", "1GiB", "8MiB", 1024 * mib},
+		{"256MiB", "1GiB", "8MiB", 128 * mib},
+		{"64MiB", "1GiB", "8MiB", 64 * mib}, // eight blocks
+		{"64MiB", "1GiB", "1MiB", 32 * mib},
+		{"20MiB", "1GiB", "1MiB", 16 * mib},
+		{"64MiB", "48MiB", "8MiB", 48 * mib},
+		{"0", "1GiB", "8MiB", 1024 * mib},
+		{"1GiB", "256MiB", "8MiB", 256 * mib},
 	} {
-		t.Run(tc.ram+"/"+tc.prefetch, func(t *testing.T) {
+		t.Run(tc.ram+"/"+tc.prefetch+"/"+tc.block, func(t *testing.T) {
 			var f mountFlags
 			cmd := &cobra.Command{}
 			f.register(cmd)
-			if err := cmd.Flags().Parse([]string{"--ram-cache-size", tc.ram, "--prefetch-memory", tc.prefetch}); err != nil {
+			if err := cmd.Flags().Parse([]string{"--ram-cache-size", tc.ram, "--prefetch-memory", tc.prefetch, "--block-size", tc.block}); err != nil {
 				t.Fatal(err)
 			}
 			p, err := f.plan("s3://bucket/prefix")

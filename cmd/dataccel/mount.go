@@ -175,9 +175,10 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	}
 	// Blocks read ahead or in flight take their room from the RAM cache
 	// (the loader reserves it there), so that the mount's blocks stay
-	// within --ram-cache-size: up to half of it.
+	// within --ram-cache-size: up to half of it, but room for eight blocks
+	// at least (fewer would leave readers of large files waiting in turn).
 	if p.ramBytes > 0 {
-		p.prefetchMem = max(16<<20, min(p.prefetchMem, p.ramBytes/2))
+		p.prefetchMem = min(p.prefetchMem, max(16<<20, 8*p.blockSize, p.ramBytes/2))
 	}
 	// Pushed pages are charged to this process's memory cgroup (a
 	// sidecar's limit), beside the RAM cache and the prefetch buffers: the
