@@ -1913,15 +1913,20 @@ func TestDiskDirectReadBuffers(t *testing.T) {
 func TestDiskQueueBytes(t *testing.T) {
 	stats := new(Stats)
 	const block, n = 64 << 10, 200
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, QueueLen: 1024, QueueBytes: 4 * block, Writers: 1,
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, QueueLen: 1024, QueueBytes: block, Writers: 1,
 		Stats: stats, Sync: true, MinFreeFraction: -1})
 	if d.Backlogged() {
 		t.Fatal("an idle queue is backlogged")
 	}
+	blocks := make([][]byte, n)
+	for i := range blocks {
+		blocks[i] = blockFor(testKey(keyName(i), 1), block)
+	}
 	backlogged := false
-	// Puts in a tight loop outrun one writer that fdatasyncs each block.
+	// Puts in a tight loop outrun one writer that fdatasyncs each block:
+	// with room for one block, a Put while another waits or is written drops.
 	for i := range n {
-		d.Put(testKey(keyName(i), 1), blockFor(testKey(keyName(i), 1), block))
+		d.Put(testKey(keyName(i), 1), blocks[i])
 		backlogged = backlogged || d.Backlogged()
 	}
 	d.Flush()

@@ -239,6 +239,14 @@ func (t *mapTier) Get(k cache.Key) ([]byte, bool) {
 	return b, ok
 }
 
+// Contains answers from the map, as a disk tier answers from its index.
+func (t *mapTier) Contains(k cache.Key) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[k]
+	return ok
+}
+
 func (t *mapTier) Put(k cache.Key, b []byte) {
 	t.puts.Add(1)
 	t.mu.Lock()

@@ -13,8 +13,9 @@
 //
 // Lock order: Loader.mu -> planner.dirMu -> planner.mu, and Loader.mu ->
 // budget.mu (a prefetch checks, under Loader.mu, that its file is still
-// ahead of the reader). No lock is held across a GET, a cache tier call or
-// a push into the page cache.
+// ahead of the reader). No lock is held across a GET, a cache tier call
+// (but for the index lookup of Contains, which takes only the tier's own
+// leaf locks) or a push into the page cache.
 package prefetch
 
 import (
@@ -946,7 +947,9 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 		last++
 	}
 	l.mu.Lock()
-	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() {
+	// The tier again, from its index: a read may have fetched the block and
+	// left the flights map since the look above.
+	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() || l.tier != nil && l.tierHas(k) {
 		l.mu.Unlock()
 		l.mem.release(charge)
 		return nil, pfPresent
