@@ -41,7 +41,7 @@ type DiskOptions struct {
 	// (SIGKILL) loses nothing either way.
 	Sync bool
 	// QueueLen bounds the blocks waiting to be written (default 64), and
-	// QueueBytes their bytes (default 64 MiB); Puts beyond either are
+	// QueueBytes their bytes (DefaultQueueBytes); Puts beyond either are
 	// dropped and counted. The queue holds the callers' slices: under
 	// Tiered, blocks the RAM tier gave up, memory no other bound counts.
 	QueueLen   int
@@ -68,6 +68,10 @@ type DiskOptions struct {
 func DefaultDiskOptions(dir string, maxBytes int64) DiskOptions {
 	return DiskOptions{Dir: dir, MaxBytes: maxBytes, Compress: true}
 }
+
+// DefaultQueueBytes bounds the bytes of blocks waiting to be written when
+// DiskOptions.QueueBytes is not set.
+const DefaultQueueBytes = 64 << 20
 
 // MarkerName is the file that marks a directory as a dataccel cache; it is
 // also the lock file (flock) that keeps two processes off one directory.
@@ -205,7 +209,7 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		opts.QueueLen = 64
 	}
 	if opts.QueueBytes <= 0 {
-		opts.QueueBytes = 64 << 20
+		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -949,7 +949,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	l.mu.Lock()
 	// The tier again, from its index: a read may have fetched the block and
 	// left the flights map since the look above.
-	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() || l.tier != nil && l.tierHas(k) {
+	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() || l.tierHas(k) {
 		l.mu.Unlock()
 		l.mem.release(charge)
 		return nil, pfPresent

@@ -21,9 +21,10 @@ const memHeadroom = 192 << 20
 // whose live heap is live bytes. The
 // default pacing (GOGC=100) lets the heap grow to twice the live heap before
 // collecting, and a full RAM cache is most of the live heap: the process
-// would hold the cache twice over. Only what is not cache (metadata, blocks
-// in flight) gets room to grow, half again its size (like GOGC=50), and at
-// least memHeadroom; the cache gets room to fill up to ram.
+// would hold the cache twice over. Only what is not the mount's blocks
+// (metadata, the disk cache's write queue) gets room to grow, half again its
+// size (like GOGC=50), and at least memHeadroom; the blocks get room to fill
+// up to ram.
 func memoryLimitFor(ram, held, live int64) int64 {
 	other := max(0, live-min(held, ram))
 	return ram + max(memHeadroom, other+other/2)

@@ -181,15 +181,17 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		p.prefetchMem = min(p.prefetchMem, max(16<<20, 8*p.blockSize, p.ramBytes/2))
 	}
 	// Pushed pages are charged to this process's memory cgroup (a
-	// sidecar's limit), beside the RAM cache and the prefetch buffers: the
-	// sweep pushes no more than what is left of it, less some headroom, so
-	// that they are not reclaimed before they are read.
-	p.sweepPushBytes = max(0, min(p.ramBytes, mem-p.ramBytes-p.prefetchMem-512<<20))
+	// sidecar's limit), beside the mount's blocks (the RAM cache and the
+	// prefetch buffers, which share it; the prefetch buffers alone without
+	// one): the sweep pushes no more than what is left of it, less some
+	// headroom, so that they are not reclaimed before they are read.
+	left := mem - max(p.ramBytes, p.prefetchMem) - 512<<20
+	p.sweepPushBytes = max(0, min(p.ramBytes, left))
 	// The page cache also serves the job's other files: count on half of
 	// what is left to keep the blocks this mount hands it. Only pushes ask
 	// (without them the loader need not remember anything on its reads).
 	if f.push && p.crossFile {
-		p.handedKeep = max(0, mem-p.ramBytes-p.prefetchMem-512<<20) / 2
+		p.handedKeep = max(0, left) / 2
 	}
 	if f.cacheDir != "" {
 		if err := os.MkdirAll(f.cacheDir, 0o700); err != nil {
@@ -427,13 +429,12 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		opts.MinFreeFraction = p.minFree
 		// Room for a burst of small blocks (the sweep fetches at full
 		// parallelism). The bytes: over a RAM tier the queue holds what RAM
-		// gave up, memory beyond --ram-cache-size, so it stays small (the
-		// sweep waits for the disk rather than have its blocks dropped);
-		// without one, a quarter of the prefetch memory.
+		// gave up, memory beyond --ram-cache-size, so it keeps the default
+		// (the sweep waits for the disk rather than have its blocks
+		// dropped); without one, a quarter of the prefetch memory.
 		opts.QueueLen = int(max(64, min(1024, p.prefetchMem/p.blockSize*8)))
-		opts.QueueBytes = 64 << 20
 		if ram == nil {
-			opts.QueueBytes = max(opts.QueueBytes, p.prefetchMem/4)
+			opts.QueueBytes = max(cache.DefaultQueueBytes, p.prefetchMem/4)
 		}
 		opts.Writers = 4
 		opts.Logger = logger

@@ -140,7 +140,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	opts.Logger = logger
 	opts.Stats = &cstats
 	opts.QueueLen = 4 * f.concurrency
-	opts.QueueBytes = max(p.prefetchMem, int64(f.concurrency)*p.blockSize) // warm's memory is the queue
+	budget := max(p.prefetchMem, int64(f.concurrency)*p.blockSize)
+	opts.QueueBytes = budget // warm's memory is the queue
 	disk, err := cache.NewDisk(opts)
 	if err != nil {
 		return fmt.Errorf("disk cache: %w (to warm the cache of a running mount, run warm on its mountpoint)", err)
@@ -167,7 +168,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 
 	var pstats prefetch.Stats
 	loader := prefetch.NewLoader(st, disk, prefetch.Options{
-		BlockSize: p.blockSize, MaxInflight: f.concurrency, MemoryBudget: max(p.prefetchMem, int64(f.concurrency)*p.blockSize),
+		BlockSize: p.blockSize, MaxInflight: f.concurrency, MemoryBudget: budget,
 		Logger: logger, Stats: &pstats,
 	})
 	defer loader.Close()
