@@ -6,16 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -41,7 +37,9 @@ func newWarmCmd(logger *slog.Logger) *cobra.Command {
 		Long: `warm fetches every object of a prefix into the disk cache before training, with a
 progress bar. Run it again after an interruption: what is cached is skipped. Given a
 directory of a running dataccel mount instead, it reads every file under it through the
-mount, which fills that mount's cache. It exits non-zero and lists what failed.`,
+mount, which fills that mount's cache, and reads them again past the page cache (up to
+three passes) while the mount's disk cache drops writes for want of disk speed. It exits
+non-zero and lists what failed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{fmt.Errorf("warm takes 1 argument, s3://bucket[/prefix] or a directory of a mount; got %d", len(args))}
@@ -62,7 +60,7 @@ mount, which fills that mount's cache. It exits non-zero and lists what failed.`
 		cmd.Flags().MarkHidden(name)
 	}
 	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory)")
-	cmd.Flags().IntVar(&f.concurrency, "concurrency", 64, "objects fetched in parallel")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 64, "objects fetched in parallel (through a mount, a file of n MiB counts n times, at most 8)")
 	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
 	return cmd
 }
@@ -246,75 +244,4 @@ func notCached(loader *prefetch.Loader, objs []store.Object, failed []warmFailur
 		}
 	}
 	return out
-}
-
-func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil || !fi.IsDir() {
-		return usageError{fmt.Errorf("%s: not a directory of a mount (or use s3://bucket/prefix with --cache-dir)", dir)}
-	}
-	want, err := readList(f.list)
-	if err != nil {
-		return err
-	}
-	var files []string
-	var total int64
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() || !d.Type().IsRegular() {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if want != nil && !want[filepath.ToSlash(rel)] {
-			return nil
-		}
-		if info, err := d.Info(); err == nil {
-			total += info.Size()
-		}
-		files = append(files, p)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("walk %s: %w", dir, err)
-	}
-	logger.Info("warming through the mount", "files", len(files), "bytes", total)
-	start := time.Now()
-	bar := benchProgress(f.quiet).Begin("warm", int64(len(files)))
-	var mu sync.Mutex
-	var failed []warmFailure
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(1, f.concurrency))
-	for _, p := range files {
-		g.Go(func() error {
-			if gctx.Err() != nil {
-				return gctx.Err()
-			}
-			n, err := discardFile(p)
-			if err != nil {
-				mu.Lock()
-				failed = append(failed, warmFailure{p, err})
-				mu.Unlock()
-			}
-			bar.Add(1, n)
-			return nil
-		})
-	}
-	werr := g.Wait()
-	bar.Done()
-	logger.Info("warm done", "files", len(files), "took", time.Since(start).Round(time.Millisecond))
-	if werr != nil {
-		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
-	}
-	return reportFailures(failed, "files")
-}
-
-func discardFile(p string) (int64, error) {
-	fh, err := os.Open(p)
-	if err != nil {
-		return 0, err
-	}
-	defer fh.Close()
-	return io.Copy(io.Discard, fh)
 }
