@@ -12,5 +12,5 @@ func readPath(p string, buf []byte, _ bool) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	return readAll(f, buf)
+	return ReadAll(f, buf)
 }

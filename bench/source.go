@@ -106,7 +106,10 @@ func (d DirSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, err
 	return n, nil
 }
 
-func readAll(r io.Reader, buf []byte) (int64, error) {
+// ReadAll reads r to its end, len(buf) bytes at a time into buf (which
+// io.Copy would not use when r or its destination brings its own), and
+// returns how many bytes it read.
+func ReadAll(r io.Reader, buf []byte) (int64, error) {
 	var total int64
 	for {
 		n, err := r.Read(buf)
@@ -162,7 +165,7 @@ func (s StoreSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, e
 		return 0, err
 	}
 	defer rc.Close()
-	n, err := readAll(rc, buf)
+	n, err := ReadAll(rc, buf)
 	if err != nil {
 		return n, fmt.Errorf("read %s: %w", f.Name, err)
 	}

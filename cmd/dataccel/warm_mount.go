@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -258,17 +256,7 @@ func readWhole(p string, direct bool, buf []byte) (int64, error) {
 		return 0, err
 	}
 	defer fh.Close()
-	var total int64
-	for {
-		n, err := fh.Read(buf)
-		total += int64(n)
-		if errors.Is(err, io.EOF) {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
+	return bench.ReadAll(fh, buf)
 }
 
 // alignedBuf returns n bytes starting on a page boundary, as O_DIRECT wants.
