@@ -3,6 +3,7 @@ package prefetch
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // budget is a weighted semaphore of bytes with two kinds of taker:
@@ -95,6 +96,27 @@ func (b *budget) acquire(ctx context.Context, n int64, evict func() bool) error 
 		}
 		b.mu.Lock()
 	}
+}
+
+// acquireWait is acquire for an evict that may decline while holders are
+// busy: between declines it waits for a release, or poll at most, and asks
+// evict again.
+func (b *budget) acquireWait(ctx context.Context, n int64, evict func() bool, poll time.Duration) error {
+	return b.acquire(ctx, n, func() bool {
+		if evict() {
+			return true
+		}
+		ch := b.released()
+		t := time.NewTimer(poll)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			return false // acquire returns ctx's error
+		}
+		return true // look again
+	})
 }
 
 // release returns n bytes (as given to acquire) and wakes every waiter.

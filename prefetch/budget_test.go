@@ -1,6 +1,7 @@
 package prefetch
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dataccel/dataccel/store"
 )
 
 // 1,000 open files reading large objects sequentially would want 1,000 x 8
@@ -117,4 +120,42 @@ func TestBudgetTellsUse(t *testing.T) {
 	if want := []int64{30, 80, 50, 0}; !slices.Equal(told, want) {
 		t.Fatalf("told %v, want %v", told, want)
 	}
+}
+
+// TestStreamingReadersTightBudget: more sequential readers than the budget
+// has blocks for, no cache tier. A block a reader is in the middle of is
+// spared while that reader goes on, so each block is fetched about once;
+// evicting it for another reader's block would fetch it again for each of
+// its remaining pieces.
+func TestStreamingReadersTightBudget(t *testing.T) {
+	const bs, blocks, readers = 64 << 10, 8, 8
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	budget := int64(4 * (bs + blockOverhead))
+	l := newTestLoader(t, st, nil, Options{BlockSize: bs, MemoryBudget: budget, ReadAhead: 2, StreamAt: -1})
+	var objs []store.Object
+	for i := range readers {
+		objs = append(objs, st.add(fmt.Sprintf("s/%d", i), blocks*bs))
+	}
+	var wg sync.WaitGroup
+	for _, obj := range objs {
+		wg.Go(func() {
+			got, err := readAll(context.Background(), l, obj, bs/4)
+			if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+				t.Errorf("%s: %d bytes, err %v", obj.Key, len(got), err)
+			}
+		})
+	}
+	wg.Wait()
+	var fetched int64
+	st.mu.Lock()
+	for _, e := range st.log {
+		fetched += e.n
+	}
+	st.mu.Unlock()
+	total := int64(readers * blocks * bs)
+	if fetched > total*5/4 {
+		t.Fatalf("fetched %d bytes for %d: blocks were fetched again (%.2fx)", fetched, total, float64(fetched)/float64(total))
+	}
+	t.Logf("fetched %.2fx the data", float64(fetched)/float64(total))
 }

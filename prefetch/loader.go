@@ -192,14 +192,17 @@ type Loader struct {
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
 	handed    *handedSet    // blocks handed to the kernel lately
 
-	mu       sync.Mutex
-	flights  map[cache.Key]*flight // guarded by mu: fetches in progress
-	ready    map[cache.Key]*flight // guarded by mu: fetched, not yet consumed
-	lru      list.List             // guarded by mu: ready flights, oldest first
-	pflights int64                 // guarded by mu: prefetch flights in progress
-	pbytes   int64                 // guarded by mu: bytes those flights fetch
-	closed   bool                  // guarded by mu
-	pc       PageCache             // guarded by mu: where pushes go (nil: none)
+	mu      sync.Mutex
+	flights map[cache.Key]*flight // guarded by mu: fetches in progress
+	ready   map[cache.Key]*flight // guarded by mu: fetched, not yet consumed
+	lru     list.List             // guarded by mu: ready flights, oldest first
+	// guarded by mu: charge of the ready blocks kept for a sequential
+	// reader's next piece (flight.stream), which evictForRead spares
+	streamBytes int64
+	pflights    int64     // guarded by mu: prefetch flights in progress
+	pbytes      int64     // guarded by mu: bytes those flights fetch
+	closed      bool      // guarded by mu
+	pc          PageCache // guarded by mu: where pushes go (nil: none)
 
 	pushq chan push // blocks waiting for a pusher; nil unless CrossFile
 }
@@ -235,6 +238,7 @@ type flight struct {
 	queued  bool          // guarded by Loader.mu: in a run, behind the block its GET reads now
 	refs    int           // guarded by Loader.mu
 	used    bool          // guarded by Loader.mu: a read has taken it
+	stream  bool          // guarded by Loader.mu: kept for a sequential reader's next piece
 	elem    *list.Element // guarded by Loader.mu: position in lru while ready
 	readyAt time.Time     // guarded by Loader.mu
 }
@@ -615,9 +619,10 @@ func (l *Loader) wait(ctx context.Context, h handle) ([]byte, error) {
 type relMode int
 
 const (
-	relDrop     relMode = iota // just let go (failed or abandoned read)
-	relKeep                    // not read to its end: keep it ready for the next read
-	relConsumed                // read to its end: it leaves the ready map
+	relDrop       relMode = iota // just let go (failed or abandoned read)
+	relKeep                      // not read to its end: keep it ready for the next read
+	relKeepStream                // relKeep for a sequential reader, whose next read is most likely the next piece
+	relConsumed                  // read to its end: it leaves the ready map
 )
 
 // release drops the reader's reference on h. relKeep keeps a fetched block
@@ -631,8 +636,8 @@ func (l *Loader) release(h handle, mode relMode) {
 	var charge int64
 	l.mu.Lock()
 	switch mode {
-	case relKeep:
-		l.keepReadyLocked(f)
+	case relKeep, relKeepStream:
+		l.keepReadyLocked(f, mode == relKeepStream)
 	case relConsumed:
 		charge = l.removeReadyLocked(f)
 	}
@@ -644,16 +649,27 @@ func (l *Loader) release(h handle, mode relMode) {
 }
 
 // keepReadyLocked puts a fetched block into the ready map unless the loader
-// is closing or a foreground read waits for budget (new holders would only
-// be evicted again). Called with l.mu held.
-func (l *Loader) keepReadyLocked(f *flight) {
-	if f.elem != nil || l.closed || f.charge == 0 || !isDone(f) || f.err != nil || l.mem.pressured() {
+// is closing or, for a block no sequential reader is in the middle of, a
+// foreground read waits for budget (new holders would only be evicted
+// again). A sequential reader's block stays: evictForRead spares it while
+// that reader goes on, since evicting it would cost its whole GET again for
+// the rest of it. Called with l.mu held.
+func (l *Loader) keepReadyLocked(f *flight, stream bool) {
+	// Spared blocks leave room for one more block at least, so that a read
+	// waits for them only while the budget holds several (never with a
+	// budget of one block, where the readers would take turns).
+	stream = stream && l.streamBytes+f.charge <= l.mem.limit-(l.opts.BlockSize+blockOverhead)
+	if f.elem != nil || l.closed || f.charge == 0 || !isDone(f) || f.err != nil || !stream && l.mem.pressured() {
 		return
 	}
 	if _, busy := l.ready[f.key]; busy {
 		return
 	}
 	f.refs++
+	f.stream = stream
+	if stream {
+		l.streamBytes += f.charge
+	}
 	f.elem = l.lru.PushBack(f)
 	f.readyAt = time.Now()
 	l.ready[f.key] = f
@@ -665,6 +681,10 @@ func (l *Loader) removeReadyLocked(f *flight) (charge int64) {
 	}
 	l.lru.Remove(f.elem)
 	f.elem = nil
+	if f.stream {
+		l.streamBytes -= f.charge
+		f.stream = false
+	}
 	delete(l.ready, f.key)
 	return l.unrefLocked(f)
 }
@@ -715,14 +735,54 @@ func (l *Loader) evictOne(staleOnly bool) bool {
 	return true
 }
 
+// readIdle: a ready block that a sequential reader is in the middle of, and
+// that no read touched for this long, is given up for another read's block.
+// Before that, the other read waits for a release: the reader is most likely
+// about to finish the block, and evicting it would cost its whole GET again
+// for the rest of it.
+const readIdle = 50 * time.Millisecond
+
+// readyScan bounds how far evictForRead looks past the oldest ready block.
+const readyScan = 256
+
+// evictForRead frees room for a foreground read: the oldest ready block but
+// those a sequential reader touched less than readIdle ago. It reports
+// whether it dropped one.
+func (l *Loader) evictForRead() bool {
+	l.mu.Lock()
+	var victim *flight
+	i := 0
+	for e := l.lru.Front(); e != nil && i < readyScan; e, i = e.Next(), i+1 {
+		f := e.Value.(*flight)
+		if !f.stream || time.Since(f.readyAt) >= readIdle {
+			victim = f
+			break
+		}
+	}
+	if victim == nil {
+		l.mu.Unlock()
+		return false
+	}
+	if victim.prefetch && !victim.used {
+		l.stats.PrefetchWasted.Add(1)
+	}
+	charge := l.removeReadyLocked(victim)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
+	}
+	return true
+}
+
 // runRead fetches a block a read waits on, on the loader's context, from
 // the Foreground store. It waits for room in the budget; evicting ready
-// blocks first guarantees progress (see budget.acquire).
+// blocks first, and any of them once idle for readIdle, guarantees progress
+// (see budget.acquire).
 func (l *Loader) runRead(f *flight) {
 	defer l.wg.Done()
 	ctx := l.ctx
 	n := f.n + blockOverhead
-	if err := l.mem.acquire(ctx, n, func() bool { return l.evictOne(false) }); err != nil {
+	if err := l.mem.acquireWait(ctx, n, l.evictForRead, readIdle/4); err != nil {
 		l.finish(f, nil, l.closedErr(f, err))
 		return
 	}
@@ -777,7 +837,7 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 			l.pbytes -= f.n
 		}
 		if err == nil && !f.used && f.land&landCache == 0 {
-			l.keepReadyLocked(f)
+			l.keepReadyLocked(f, false)
 			if f.elem == nil {
 				l.stats.PrefetchWasted.Add(1)
 			}

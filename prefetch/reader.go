@@ -55,11 +55,11 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	for b := first + 1; b <= last; b++ {
 		l.startPrefetch(r.obj, b, false, landReady, nil)
 	}
-	r.readAhead(off, end, last)
+	streaming := r.readAhead(off, end, last)
 
 	n := 0
 	for b := first; b <= last; b++ {
-		data, err := r.piece(ctx, b, off, end)
+		data, err := r.piece(ctx, b, off, end, streaming)
 		if err != nil {
 			return n, err
 		}
@@ -87,8 +87,8 @@ func (r *reader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, err
 	}
 	r.stream(off)
 	b := l.blockOf(r.obj, off)
-	r.readAhead(off, end, b)
-	data, err := r.piece(ctx, b, off, end)
+	streaming := r.readAhead(off, end, b)
+	data, err := r.piece(ctx, b, off, end, streaming)
 	if err == nil && len(data) < len(p) {
 		err = io.EOF
 	}
@@ -144,7 +144,9 @@ func (r *reader) stream(off int64) {
 
 // piece waits for block b and returns its bytes within [off, end), as a
 // slice of the block (full capacity cut, so an append cannot write it).
-func (r *reader) piece(ctx context.Context, b, off, end int64) ([]byte, error) {
+// streaming: the reader reads in sequence, so its next read most likely
+// reads on in this block.
+func (r *reader) piece(ctx context.Context, b, off, end int64, streaming bool) ([]byte, error) {
 	l := r.l
 	h, err := l.startRead(r.obj, b)
 	if err != nil {
@@ -158,6 +160,9 @@ func (r *reader) piece(ctx context.Context, b, off, end int64) ([]byte, error) {
 	bOff, bn := l.blockRange(r.obj, b)
 	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
 	mode := relKeep
+	if streaming {
+		mode = relKeepStream
+	}
 	if hi == bn {
 		mode = relConsumed
 	}
@@ -169,17 +174,22 @@ func (r *reader) piece(ctx context.Context, b, off, end int64) ([]byte, error) {
 // readAhead grows the window on sequential reads (1, 2, 4, ... ReadAhead
 // blocks past the read) and shrinks it on a jump, then starts fetches for
 // blocks of the window not covered yet. It never waits: a block that finds
-// no budget is skipped and tried again by a later read.
-func (r *reader) readAhead(off, end, last int64) {
+// no budget is skipped and tried again by a later read. It reports whether
+// the reader streams: the read follows the one before (a first read at
+// offset 0 does).
+func (r *reader) readAhead(off, end, last int64) (streaming bool) {
 	l := r.l
-	nb := l.numBlocks(r.obj)
-	if nb <= 1 {
-		return
-	}
 	// Concurrent kernel reads arrive slightly out of order; still sequential.
 	slack := min(l.opts.BlockSize, 1<<20)
+	nb := l.numBlocks(r.obj)
 	r.mu.Lock()
-	if off >= r.next-slack && off <= r.next+slack {
+	streaming = off >= r.next-slack && off <= r.next+slack
+	if nb <= 1 {
+		r.next = end
+		r.mu.Unlock()
+		return streaming
+	}
+	if streaming {
 		r.window = min(max(1, r.window*2), l.opts.ReadAhead)
 	} else {
 		r.window /= 4
@@ -201,4 +211,5 @@ func (r *reader) readAhead(off, end, last int64) {
 		r.issued = max(r.issued, done)
 		r.mu.Unlock()
 	}
+	return streaming
 }
