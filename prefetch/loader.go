@@ -713,21 +713,30 @@ func isDone(f *flight) bool {
 // evictOne drops the oldest ready block; with staleOnly, only one not read
 // for ReadyTTL. It reports whether it dropped one.
 func (l *Loader) evictOne(staleOnly bool) bool {
+	return l.evictWhere(1, func(f *flight) bool {
+		return !staleOnly || time.Since(f.readyAt) >= l.opts.ReadyTTL
+	})
+}
+
+// evictWhere drops the oldest of the first scan ready blocks that ok
+// accepts. It reports whether it dropped one.
+func (l *Loader) evictWhere(scan int, ok func(*flight) bool) bool {
 	l.mu.Lock()
-	e := l.lru.Front()
-	if e == nil {
+	var victim *flight
+	for e, i := l.lru.Front(), 0; e != nil && i < scan; e, i = e.Next(), i+1 {
+		if f := e.Value.(*flight); ok(f) {
+			victim = f
+			break
+		}
+	}
+	if victim == nil {
 		l.mu.Unlock()
 		return false
 	}
-	f := e.Value.(*flight)
-	if staleOnly && time.Since(f.readyAt) < l.opts.ReadyTTL {
-		l.mu.Unlock()
-		return false
-	}
-	if f.prefetch && !f.used {
+	if victim.prefetch && !victim.used {
 		l.stats.PrefetchWasted.Add(1)
 	}
-	charge := l.removeReadyLocked(f)
+	charge := l.removeReadyLocked(victim)
 	l.mu.Unlock()
 	if charge > 0 {
 		l.mem.release(charge)
@@ -749,29 +758,9 @@ const readyScan = 256
 // those a sequential reader touched less than readIdle ago. It reports
 // whether it dropped one.
 func (l *Loader) evictForRead() bool {
-	l.mu.Lock()
-	var victim *flight
-	i := 0
-	for e := l.lru.Front(); e != nil && i < readyScan; e, i = e.Next(), i+1 {
-		f := e.Value.(*flight)
-		if !f.stream || time.Since(f.readyAt) >= readIdle {
-			victim = f
-			break
-		}
-	}
-	if victim == nil {
-		l.mu.Unlock()
-		return false
-	}
-	if victim.prefetch && !victim.used {
-		l.stats.PrefetchWasted.Add(1)
-	}
-	charge := l.removeReadyLocked(victim)
-	l.mu.Unlock()
-	if charge > 0 {
-		l.mem.release(charge)
-	}
-	return true
+	return l.evictWhere(readyScan, func(f *flight) bool {
+		return !f.stream || time.Since(f.readyAt) >= readIdle
+	})
 }
 
 // runRead fetches a block a read waits on, on the loader's context, from
