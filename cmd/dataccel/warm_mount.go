@@ -33,8 +33,9 @@ const warmMountPasses = 3
 // fetched or read from disk again. Small files still go --concurrency at once.
 const maxFileSlots = 8
 
-// directReadBuf is the size of the buffer a pass past the page cache reads
-// with (FUSE splits it into READs of the mount's max_read).
+// directReadBuf is the size of the page-aligned buffer warm reads files
+// with, as O_DIRECT wants in the passes past the page cache (FUSE splits
+// each read into READs of the mount's max_read).
 const directReadBuf = 1 << 20
 
 // dropSettle is how long warm waits after a pass before it reads the mount's
