@@ -37,6 +37,10 @@ func (p *dioBufs) get(n int64) []byte {
 	return alignedBuf(n, 1<<c)
 }
 
+// AlignedBuf returns n bytes of memory aligned for direct I/O (O_DIRECT),
+// for readers of files outside the cache too.
+func AlignedBuf(n int64) []byte { return alignedBuf(n, n) }
+
 // alignedBuf returns n bytes of page-aligned memory with room for size.
 func alignedBuf(n, size int64) []byte {
 	if size >= largeAlloc {

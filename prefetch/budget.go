@@ -62,10 +62,11 @@ func (b *budget) take(n int64) {
 
 // acquire takes n bytes for a foreground read, waiting if needed. Between
 // tries it calls evict, which frees one evictable holder and reports whether
-// it found one; once nothing is evictable it waits for a release. Everything
-// else that holds budget is a fetch or a copy in progress, which ends, so
-// the wait ends too.
-func (b *budget) acquire(ctx context.Context, n int64, evict func() bool) error {
+// it found one; when it finds none, acquire waits for a release, or for poll
+// when poll > 0 (an evict that spares busy holders for a while finds one
+// once they idle), and tries again. Everything else that holds budget is a
+// fetch or a copy in progress, which ends, so the wait ends too.
+func (b *budget) acquire(ctx context.Context, n int64, evict func() bool, poll time.Duration) error {
 	n = b.clamp(n)
 	b.mu.Lock()
 	if b.fgWait == 0 && b.used+n <= b.limit {
@@ -88,35 +89,29 @@ func (b *budget) acquire(ctx context.Context, n int64, evict func() bool) error 
 		ch := b.changed
 		b.mu.Unlock()
 		if !evict() {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := waitRelease(ctx, ch, poll); err != nil {
+				return err
 			}
 		}
 		b.mu.Lock()
 	}
 }
 
-// acquireWait is acquire for an evict that may decline while holders are
-// busy: between declines it waits for a release, or poll at most, and asks
-// evict again.
-func (b *budget) acquireWait(ctx context.Context, n int64, evict func() bool, poll time.Duration) error {
-	return b.acquire(ctx, n, func() bool {
-		if evict() {
-			return true
-		}
-		ch := b.released()
+// waitRelease waits for ch (a release), for poll when poll > 0, or for ctx.
+func waitRelease(ctx context.Context, ch <-chan struct{}, poll time.Duration) error {
+	var tick <-chan time.Time
+	if poll > 0 {
 		t := time.NewTimer(poll)
 		defer t.Stop()
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-			return false // acquire returns ctx's error
-		}
-		return true // look again
-	})
+		tick = t.C
+	}
+	select {
+	case <-ch:
+	case <-tick:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // release returns n bytes (as given to acquire) and wakes every waiter.

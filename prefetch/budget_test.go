@@ -109,7 +109,7 @@ func TestBudgetTellsUse(t *testing.T) {
 	if !b.tryAcquire(30) {
 		t.Fatal("30 of 100 refused")
 	}
-	if err := b.acquire(context.Background(), 50, func() bool { return false }); err != nil {
+	if err := b.acquire(context.Background(), 50, func() bool { return false }, 0); err != nil {
 		t.Fatal(err)
 	}
 	if b.tryAcquire(40) {

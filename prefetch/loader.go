@@ -771,7 +771,7 @@ func (l *Loader) runRead(f *flight) {
 	defer l.wg.Done()
 	ctx := l.ctx
 	n := f.n + blockOverhead
-	if err := l.mem.acquireWait(ctx, n, l.evictForRead, readIdle/4); err != nil {
+	if err := l.mem.acquire(ctx, n, l.evictForRead, readIdle/4); err != nil {
 		l.finish(f, nil, l.closedErr(f, err))
 		return
 	}

@@ -11,12 +11,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/dataccel/dataccel/bench"
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
 )
 
@@ -183,7 +183,7 @@ func (w mountWarmer) pass(ctx context.Context, files []warmFile, direct bool, ba
 			select {
 			case buf = <-bufs:
 			default:
-				buf = alignedBuf(directReadBuf)
+				buf = cache.AlignedBuf(directReadBuf)
 			}
 			got, err := w.read(f.path, direct, buf)
 			select {
@@ -258,12 +258,4 @@ func readWhole(p string, direct bool, buf []byte) (int64, error) {
 	}
 	defer fh.Close()
 	return bench.ReadAll(fh, buf)
-}
-
-// alignedBuf returns n bytes starting on a page boundary, as O_DIRECT wants.
-func alignedBuf(n int) []byte {
-	const page = 4096
-	b := make([]byte, n+page)
-	off := (page - int(uintptr(unsafe.Pointer(&b[0]))%page)) % page
-	return b[off : off+n : off+n]
 }

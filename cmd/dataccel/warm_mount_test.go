@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
 )
 
@@ -194,7 +195,7 @@ func TestWarmThroughMount(t *testing.T) {
 	}
 	time.Sleep(2 * statsFreshness)
 	hits := m.stats(t)["cache_disk_hits_total"]
-	n, err := readWhole(big, true, alignedBuf(directReadBuf))
+	n, err := readWhole(big, true, cache.AlignedBuf(directReadBuf))
 	if err != nil || n != int64(len(files["big/c00/img00000.jpg"])) {
 		t.Fatalf("direct read: %d bytes, %v", n, err)
 	}
