@@ -166,7 +166,8 @@ type Disk struct {
 	// direct: appends, and reads of aligned records, use O_DIRECT; cleared
 	// for good when the file system refuses a direct write.
 	direct atomic.Bool
-	dio    dioBufs // memory for direct reads
+	dio    dioBufs   // memory for direct reads
+	heads  headCache // headers of records read in part (ReadPart)
 }
 
 // recLoc is where a live record sits.
@@ -231,6 +232,7 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		inflight:  make(map[uint64]struct{}),
 		kick:      make(chan struct{}, 1),
 		idleDead:  -1,
+		heads:     headCache{maxBytes: headCacheBytes},
 		queue:     make(chan putItem, opts.QueueLen),
 	}
 	d.pendCond = sync.NewCond(&d.pendMu)
@@ -504,12 +506,7 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 	}
 	loc.seg.release()
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			d.corrupt(id, loc, err) // the segment is shorter than written
-		} else {
-			d.fail("read", err)
-			d.forget(id, loc)
-		}
+		d.readFailed(id, loc, err)
 		d.stats.DiskMisses.Add(1)
 		return nil, false
 	}

@@ -37,15 +37,17 @@ import (
 //
 //	0  magic "DACB"
 //	4  version u8
-//	5  flags u8 (flagS2: payload is an s2 block)
-//	6  reserved u16
+//	5  flags u8 (flagS2: payload is an s2 block; flagSums: chunk checksums)
+//	6  with flagSums, log2 of the chunk size C; else 0
+//	7  reserved u8
 //	8  raw length u64
 //	16 payload length u64
-//	24 xxhash64 of the raw bytes
+//	24 xxhash64 of the raw bytes; with flagSums, of the chunk checksums
 //	32 block i64
 //	40 object length u32
 //	44 etag length u32
 //	48 object bytes, etag bytes
+//	.. with flagSums: xxhash64 of each C bytes of the raw bytes, in order
 //	.. xxhash64 of all header bytes above
 //	.. payload
 //
@@ -53,11 +55,24 @@ import (
 // and a record is checked against the key asked for. The header checksum
 // stops a flipped length from driving a huge allocation (or a scan running
 // off into the payload) before the payload checksum runs.
+//
+// Chunk checksums (raw records longer than one chunk) let a read of a few
+// KiB of a block check, and so read, only the chunks it covers
+// (Disk.ReadPart): a reader at random offsets would otherwise read and
+// hash a whole block from disk for each of its reads. A record without
+// them (compressed, or written before them) is only read whole.
 const (
 	blockMagic    = "DACB"
 	formatVersion = 1 // of the record encoding
 	flagS2        = 1 << 0
+	flagSums      = 1 << 1
 	fixedHeader   = 48
+	// sumShift: chunks of 64 KiB, a few kernel reads; 1 KiB of checksums
+	// per 8 MiB block.
+	sumShift = 16
+	// Bounds on a chunk size trusted from a header (log2).
+	minSumShift = 12
+	maxSumShift = 24
 	// maxRawLen bounds the raw length trusted from a header.
 	maxRawLen = 1 << 30
 	// maxKeyLen bounds object + etag lengths trusted from a header (S3 keys
@@ -227,22 +242,41 @@ func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload [
 			saved = int64(len(b) - len(enc))
 		}
 	}
-	hl := fixedHeader + len(k.Object) + len(k.ETag) + 8
+	nsums := 0
+	if flags == 0 && len(b) > 1<<sumShift {
+		flags |= flagSums
+		nsums = numChunks(uint64(len(b)), sumShift)
+	}
+	hl := fixedHeader + len(k.Object) + len(k.ETag) + 8*nsums + 8
 	hdr = make([]byte, hl)
 	copy(hdr[0:4], blockMagic)
 	hdr[4] = formatVersion
 	hdr[5] = flags
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(b)))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(len(payload)))
-	binary.LittleEndian.PutUint64(hdr[24:], xxhash.Sum64(b))
 	binary.LittleEndian.PutUint64(hdr[32:], uint64(k.Block))
 	binary.LittleEndian.PutUint32(hdr[40:], uint32(len(k.Object)))
 	binary.LittleEndian.PutUint32(hdr[44:], uint32(len(k.ETag)))
 	n := fixedHeader + copy(hdr[fixedHeader:], k.Object)
 	n += copy(hdr[n:], k.ETag)
+	if nsums > 0 {
+		hdr[6] = sumShift
+		sums := hdr[n : n+8*nsums]
+		for i := range nsums {
+			lo := i << sumShift
+			binary.LittleEndian.PutUint64(sums[8*i:], xxhash.Sum64(b[lo:min(lo+1<<sumShift, len(b))]))
+		}
+		binary.LittleEndian.PutUint64(hdr[24:], xxhash.Sum64(sums))
+		n += len(sums)
+	} else {
+		binary.LittleEndian.PutUint64(hdr[24:], xxhash.Sum64(b))
+	}
 	binary.LittleEndian.PutUint64(hdr[n:], xxhash.Sum64(hdr[:n]))
 	return hdr, payload, saved
 }
+
+// numChunks is how many chunks of 1<<shift bytes hold n bytes.
+func numChunks(n uint64, shift uint8) int { return int((n + 1<<shift - 1) >> shift) }
 
 // recHeader is the parsed, checked header of a record. object and etag
 // alias the buffer it was parsed from.
@@ -254,6 +288,8 @@ type recHeader struct {
 	block      int64
 	object     []byte
 	etag       []byte
+	sumShift   uint8  // with flagSums: log2 of the chunk size
+	sums       []byte // with flagSums: the chunk checksums
 	headerLen  int
 }
 
@@ -278,32 +314,63 @@ func parseHeader(buf []byte) (recHeader, error) {
 	if string(buf[0:4]) != blockMagic || buf[4] != formatVersion {
 		return h, fmt.Errorf("%w: bad magic or version", errCorrupt)
 	}
-	ol := uint64(binary.LittleEndian.Uint32(buf[40:]))
-	el := uint64(binary.LittleEndian.Uint32(buf[44:]))
-	if ol+el > maxKeyLen {
-		return h, fmt.Errorf("%w: key length", errCorrupt)
+	hl, err := headerLen(buf)
+	if err != nil {
+		return h, err
 	}
-	n := fixedHeader + ol + el
-	if n+8 > uint64(len(buf)) {
+	if hl > len(buf) {
 		return h, errShortHeader
 	}
+	n := hl - 8
 	if binary.LittleEndian.Uint64(buf[n:]) != xxhash.Sum64(buf[:n]) {
 		return h, fmt.Errorf("%w: header checksum", errCorrupt)
 	}
+	ol := uint64(binary.LittleEndian.Uint32(buf[40:]))
+	el := uint64(binary.LittleEndian.Uint32(buf[44:]))
 	h.flags = buf[5]
 	h.rawLen = binary.LittleEndian.Uint64(buf[8:])
 	h.payloadLen = binary.LittleEndian.Uint64(buf[16:])
 	h.sum = binary.LittleEndian.Uint64(buf[24:])
 	h.block = int64(binary.LittleEndian.Uint64(buf[32:]))
 	h.object = buf[fixedHeader : fixedHeader+ol]
-	h.etag = buf[fixedHeader+ol : n]
-	h.headerLen = int(n + 8)
-	// A compressed payload is stored only when smaller than the raw bytes.
-	if h.rawLen > maxRawLen || h.flags&^flagS2 != 0 ||
-		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen {
+	h.etag = buf[fixedHeader+ol : fixedHeader+ol+el]
+	if h.flags&flagSums != 0 {
+		h.sumShift = buf[6]
+		h.sums = buf[fixedHeader+ol+el : n]
+	}
+	h.headerLen = hl
+	// A compressed payload is stored only when smaller than the raw bytes,
+	// and has no chunk checksums.
+	if h.flags&^(flagS2|flagSums) != 0 || h.flags == flagS2|flagSums ||
+		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen ||
+		h.sums != nil && xxhash.Sum64(h.sums) != h.sum {
 		return h, fmt.Errorf("%w: header fields", errCorrupt)
 	}
 	return h, nil
+}
+
+// headerLen returns the length of the record header that starts with the
+// fixed header in buf, checksum included, from its key lengths and, with
+// chunk checksums, its raw length and chunk size, each checked against its
+// bound first.
+func headerLen(buf []byte) (int, error) {
+	ol := uint64(binary.LittleEndian.Uint32(buf[40:]))
+	el := uint64(binary.LittleEndian.Uint32(buf[44:]))
+	if ol+el > maxKeyLen {
+		return 0, fmt.Errorf("%w: key length", errCorrupt)
+	}
+	raw := binary.LittleEndian.Uint64(buf[8:])
+	if raw > maxRawLen {
+		return 0, fmt.Errorf("%w: raw length", errCorrupt)
+	}
+	n := fixedHeader + ol + el + 8
+	if buf[5]&flagSums != 0 {
+		if buf[6] < minSumShift || buf[6] > maxSumShift {
+			return 0, fmt.Errorf("%w: chunk size", errCorrupt)
+		}
+		n += 8 * uint64(numChunks(raw, buf[6]))
+	}
+	return int(n), nil
 }
 
 // decodeBlock checks the whole record buf against k and returns the raw
@@ -342,10 +409,31 @@ func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 			return nil, fmt.Errorf("%w: decompress: %v", errCorrupt, err)
 		}
 	}
-	if uint64(len(raw)) != h.rawLen || xxhash.Sum64(raw) != h.sum {
+	if uint64(len(raw)) != h.rawLen {
+		return nil, fmt.Errorf("%w: checksum", errCorrupt)
+	}
+	if h.sums != nil {
+		if err := checkChunks(raw, 0, h); err != nil {
+			return nil, err
+		}
+	} else if xxhash.Sum64(raw) != h.sum {
 		return nil, fmt.Errorf("%w: checksum", errCorrupt)
 	}
 	return raw, nil
+}
+
+// checkChunks checks b, the raw bytes of a record with chunk checksums
+// (header h) from chunk first on, each against its checksum. b ends at a
+// chunk boundary or at the end of the raw bytes.
+func checkChunks(b []byte, first int, h *recHeader) error {
+	size := 1 << h.sumShift
+	for i := 0; i < len(b); i += size {
+		c := first + i>>h.sumShift
+		if 8*c+8 > len(h.sums) || binary.LittleEndian.Uint64(h.sums[8*c:]) != xxhash.Sum64(b[i:min(i+size, len(b))]) {
+			return fmt.Errorf("%w: chunk %d checksum", errCorrupt, c)
+		}
+	}
+	return nil
 }
 
 // recInfo is one record found by scanSegment.
@@ -361,6 +449,10 @@ type recInfo struct {
 	dead   bool // superseded by a newer record of the id, or listed dead
 	listed bool // in the dead list saved by the last Close
 }
+
+// typicalHeader is read first for each record header in a scan: a key of
+// up to 256 bytes and the chunk checksums of an 8 MiB block.
+const typicalHeader = fixedHeader + 256 + 8*(8<<20>>sumShift) + 8
 
 // scanEnd says why scanSegment stopped.
 type scanEnd int
@@ -400,7 +492,7 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		wOff = int64(-1)
 		wLen = 0
 	)
-	chunk := 1 << 10
+	chunk := typicalHeader
 	// get returns the n bytes at off (fewer at the end of the segment).
 	get := func(off int64, n int) ([]byte, error) {
 		if wOff >= 0 && off >= wOff && off+int64(n) <= wOff+int64(wLen) {
@@ -424,21 +516,21 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		return hdr, segHeaderLen, scanTorn, nil
 	}
 	for off < size {
-		b, err := get(off, fixedHeader+8+256) // a typical header in one read
+		b, err := get(off, typicalHeader)
 		if err != nil {
 			return hdr, off, scanTorn, err
 		}
 		h, perr := parseHeader(b)
-		if errors.Is(perr, errShortHeader) && len(b) < fixedHeader+maxKeyLen+8 {
-			// The key is longer than the first read: read the whole header.
-			want := fixedHeader + 8
-			if len(b) >= fixedHeader {
-				want += int(binary.LittleEndian.Uint32(b[40:])) + int(binary.LittleEndian.Uint32(b[44:]))
+		if errors.Is(perr, errShortHeader) && len(b) >= fixedHeader {
+			// The key or the chunk checksums run past the first read:
+			// read the whole header.
+			want, err := headerLen(b)
+			if err == nil && want > len(b) {
+				if b, err = get(off, want); err != nil {
+					return hdr, off, scanTorn, err
+				}
+				h, perr = parseHeader(b)
 			}
-			if b, err = get(off, want); err != nil {
-				return hdr, off, scanTorn, err
-			}
-			h, perr = parseHeader(b)
 		}
 		if errors.Is(perr, errShortHeader) {
 			return hdr, off, scanTorn, nil
@@ -459,7 +551,7 @@ func scanSegment(r io.ReaderAt, seq uint64, size int64, fn func(recInfo) bool) (
 		if n < 16<<10 {
 			chunk = 64 << 10 // small records: read many headers at once
 		} else {
-			chunk = 1 << 10 // large ones: one header per read
+			chunk = typicalHeader // large ones: one header per read
 		}
 	}
 	return hdr, off, scanComplete, nil

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
@@ -23,6 +24,8 @@ type RAM struct {
 	stats *Stats
 
 	victim atomic.Pointer[func(Key, []byte)] // set once, before use
+	// lastOut is when the tier last evicted or refused a block (unix ns).
+	lastOut atomic.Int64
 
 	mu   sync.Mutex
 	held map[Key]struct{} // guarded by mu: keys set and not given up, kept with a victim only
@@ -57,10 +60,12 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 		IgnoreInternalCost: true,
 		OnEvict: func(it *ristretto.Item[*ramEntry]) {
 			stats.RAMEvictions.Add(1)
+			r.lastOut.Store(time.Now().UnixNano())
 			r.givenUp(it.Value)
 		},
 		OnReject: func(it *ristretto.Item[*ramEntry]) {
 			stats.RAMDropped.Add(1)
+			r.lastOut.Store(time.Now().UnixNano())
 			r.givenUp(it.Value)
 		},
 		// Every value leaving (evicted, refused, replaced, deleted) passes
@@ -162,6 +167,18 @@ func (r *RAM) Flush() { r.c.Wait() }
 
 // Close releases the cache; the RAM tier must not be used afterwards.
 func (r *RAM) Close() { r.c.Close() }
+
+// fullFor: a tier that evicted or refused a block this recently is full.
+const fullFor = 2 * time.Second
+
+// Full reports whether the tier is at its bound: it evicted or refused a
+// block lately. A tier that stops taking new blocks (their readers fetch
+// parts instead) thus takes one again every fullFor, and finds out whether
+// it still has to give one up.
+func (r *RAM) Full() bool {
+	t := r.lastOut.Load()
+	return t != 0 && time.Since(time.Unix(0, t)) < fullFor
+}
 
 // Contains reports whether k is cached, without counting a hit or a miss.
 func (r *RAM) Contains(k Key) bool {

@@ -15,6 +15,7 @@ type Stats struct {
 
 	DiskHits        atomic.Int64
 	DiskMisses      atomic.Int64
+	DiskPartHits    atomic.Int64 // reads of part of a block served from disk (Disk.ReadPart)
 	DiskReadBytes   atomic.Int64 // raw bytes served from disk
 	DiskWrites      atomic.Int64 // blocks written
 	DiskWriteBytes  atomic.Int64 // bytes written to disk (headers and compressed payloads)
@@ -32,9 +33,10 @@ type Stats struct {
 type StatsSnapshot struct {
 	RAMHits, RAMMisses, RAMPuts, RAMDropped, RAMEvictions, RAMBytes int64
 
-	DiskHits, DiskMisses, DiskReadBytes, DiskWrites, DiskWriteBytes int64
-	DiskRejected, DiskEvictions, DiskCorruptions, DiskErrors        int64
-	DiskDropped, DiskSavedBytes, DiskEntries, DiskBytes             int64
+	DiskHits, DiskMisses, DiskPartHits, DiskReadBytes, DiskWrites int64
+	DiskWriteBytes                                                int64
+	DiskRejected, DiskEvictions, DiskCorruptions, DiskErrors      int64
+	DiskDropped, DiskSavedBytes, DiskEntries, DiskBytes           int64
 }
 
 // Snapshot copies the counters. Each counter is read atomically; the set as
@@ -49,6 +51,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RAMBytes:        s.RAMBytes.Load(),
 		DiskHits:        s.DiskHits.Load(),
 		DiskMisses:      s.DiskMisses.Load(),
+		DiskPartHits:    s.DiskPartHits.Load(),
 		DiskReadBytes:   s.DiskReadBytes.Load(),
 		DiskWrites:      s.DiskWrites.Load(),
 		DiskWriteBytes:  s.DiskWriteBytes.Load(),

@@ -128,6 +128,38 @@ func (t *Tiered) Peek(k Key) (b []byte, inRAM, ok bool) {
 	return nil, false, false
 }
 
+// ReadPart reads part of block k (n bytes long) from the disk tier, as
+// Disk.ReadPart does, when RAM does not hold the block: a block in RAM is
+// read whole from there (Get), at no cost. A part read from disk is not
+// promoted: the reader wanted only that part.
+func (t *Tiered) ReadPart(k Key, n int64, p []byte, off int64) bool {
+	pr, ok := t.disk.(interface {
+		ReadPart(Key, int64, []byte, int64) bool
+	})
+	if !ok {
+		return false
+	}
+	if t.ram != nil {
+		// A RAM tier that cannot tell may hold it.
+		if c, ok := t.ram.(container); !ok || c.Contains(k) {
+			return false
+		}
+	}
+	return pr.ReadPart(k, n, p, off)
+}
+
+// Full reports whether a block put now would push another out of the
+// cache: never with a disk tier, which keeps what RAM gives up (its policy
+// decides what stays); with RAM alone, when RAM is full (RAM.Full); with
+// neither, always.
+func (t *Tiered) Full() bool {
+	if t.disk != nil {
+		return false
+	}
+	f, ok := t.ram.(interface{ Full() bool })
+	return t.ram == nil || ok && f.Full()
+}
+
 // Put stores b in RAM, and queues it for disk when there is no RAM tier
 // (or one that cannot hand its blocks on): the disk tier writes in the
 // background. It takes ownership of b; neither tier modifies it.

@@ -2,6 +2,7 @@
 // from a store.Store, shared by a whole mount: it owns the block loader
 // (singleflight per block, a global limit on GETs in flight, cache fill),
 // the memory budget for fetched-but-unread data, read-ahead within a file,
+// reads of part of a block for readers at random offsets (part.go),
 // cross-file prefetch (directory order and announced epoch order), the
 // decision of which prefetched blocks to push into the kernel's page cache,
 // and the Hedged store decorator for small objects.
@@ -191,6 +192,7 @@ type Loader struct {
 	sweep     *sweeper      // nil unless CrossFile
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
 	handed    *handedSet    // blocks handed to the kernel lately
+	chances   *chanceSet    // blocks readers at random offsets missed (fetchPart)
 
 	mu      sync.Mutex
 	flights map[cache.Key]*flight // guarded by mu: fetches in progress
@@ -264,6 +266,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		pgets:     make(chan struct{}, max(1, opts.MaxInflight*3/4)),
 		maxPfetch: int64(4 * opts.MaxInflight),
 		handed:    newHandedSet(opts.HandedKeep),
+		chances:   newChanceSet(),
 		flights:   make(map[cache.Key]*flight),
 		ready:     make(map[cache.Key]*flight),
 	}

@@ -10,6 +10,7 @@ type Stats struct {
 	GetBytes  atomic.Int64 // bytes received by those GETs
 	GetErrors atomic.Int64 // GETs that failed (not counting loader shutdown)
 	Inflight  atomic.Int64 // gauge: loader GETs in flight now
+	PartGets  atomic.Int64 // GETs of part of a block only, for a reader at random offsets (in Gets too)
 
 	CacheHits atomic.Int64 // blocks served from the cache tier
 	ReadyHits atomic.Int64 // blocks served from the ready map

@@ -1,0 +1,223 @@
+package cache
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// partHead is what ReadPart reads first: one direct-I/O unit, which holds
+// the header of a block of up to 8 MiB with a key of up to 2 KiB.
+const partHead = dioAlign
+
+// ReadPart copies into p the raw bytes of block k from off on, reading and
+// checking only the chunks of the record that hold them, instead of
+// reading and checking the whole block. n is the block's length: a record
+// of another length (written under another block size) is not read.
+// ReadPart reports false, leaving p alone, when k is not on disk, the range
+// is not within the block, or the record has no chunk checksums
+// (compressed, one chunk long, or written before them): the caller then
+// reads the block whole, and that read counts the hit or the miss. A
+// corrupt record is dropped, as Get drops it.
+func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
+	if len(p) == 0 || off < 0 || off+int64(len(p)) > n {
+		return false
+	}
+	id := keyHash(k)
+	d.mu.Lock()
+	loc, ok := d.index[id]
+	if ok {
+		loc.seg.acquire()
+	}
+	d.mu.Unlock()
+	if !ok {
+		return false
+	}
+	defer loc.seg.release()
+
+	h, ok := d.heads.get(id, loc, k)
+	var head span
+	if !ok {
+		var err error
+		if head, h, err = d.readHeader(id, loc, k); err != nil {
+			return false
+		}
+		defer head.free(d)
+		d.heads.put(id, loc, k, h)
+	}
+	if h.sums == nil || int64(h.rawLen) != n {
+		return false
+	}
+
+	// The chunks that hold [off, off+len(p)).
+	first := int(off >> h.sumShift)
+	lo := int64(first) << h.sumShift
+	hi := min(((off+int64(len(p))-1)>>h.sumShift+1)<<h.sumShift, n)
+	at := int64(h.headerLen) + lo
+	var chunks []byte
+	if at+(hi-lo) <= int64(len(head.b)) {
+		chunks = head.b[at : at+hi-lo]
+	} else {
+		body, err := d.readRecord(loc, at, hi-lo)
+		if err != nil {
+			d.readFailed(id, loc, err)
+			return false
+		}
+		defer body.free(d)
+		chunks = body.b
+	}
+	if err := checkChunks(chunks, first, &h); err != nil {
+		d.corrupt(id, loc, err)
+		return false
+	}
+	copy(p, chunks[off-lo:])
+
+	d.mu.Lock()
+	d.policy.Access(id)
+	d.mu.Unlock()
+	d.stats.DiskPartHits.Add(1)
+	d.stats.DiskReadBytes.Add(int64(len(p)))
+	return true
+}
+
+// readHeader reads and checks the header of the record for k at loc (id),
+// dropping the record when it is corrupt. It returns what it read (which
+// may hold the first chunks too) and the header, which aliases it.
+func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (span, recHeader, error) {
+	head, err := d.readRecord(loc, 0, min(loc.n, partHead))
+	if err != nil {
+		d.readFailed(id, loc, err)
+		return span{}, recHeader{}, err
+	}
+	h, err := parseHeader(head.b)
+	if errors.Is(err, errShortHeader) {
+		// A long key: read the whole header.
+		hl, herr := headerLen(head.b)
+		head.free(d)
+		if herr != nil || int64(hl) > loc.n {
+			err = fmt.Errorf("%w: header length", errCorrupt)
+			d.corrupt(id, loc, err)
+			return span{}, recHeader{}, err
+		}
+		if head, err = d.readRecord(loc, 0, int64(hl)); err != nil {
+			d.readFailed(id, loc, err)
+			return span{}, recHeader{}, err
+		}
+		h, err = parseHeader(head.b)
+	}
+	if err == nil && (string(h.object) != k.Object || string(h.etag) != k.ETag || h.block != k.Block) {
+		err = fmt.Errorf("%w: key mismatch", errCorrupt)
+	}
+	if err == nil && h.recordLen() > loc.n {
+		err = fmt.Errorf("%w: record length", errCorrupt)
+	}
+	if err != nil {
+		head.free(d)
+		d.corrupt(id, loc, err)
+		return span{}, recHeader{}, err
+	}
+	return head, h, nil
+}
+
+// headCache keeps the checked headers (chunk checksums) of the records
+// ReadPart read lately, up to maxBytes of checksums, so that a part read
+// of a record costs one disk read instead of two. An entry holds for the
+// record at one place only: a record moved or written again is read anew.
+// Its lock is a leaf.
+type headCache struct {
+	mu       sync.Mutex
+	m        map[uint64]headEntry // guarded by mu
+	bytes    int64                // guarded by mu: checksum bytes held
+	maxBytes int64
+}
+
+type headEntry struct {
+	loc recLoc
+	key Key
+	h   recHeader // object and etag nil; sums its own copy
+}
+
+// headCacheBytes: the checksums of 8,192 blocks of 8 MiB (64 GiB of cache).
+const headCacheBytes = 8 << 20
+
+func (c *headCache) get(id uint64, loc recLoc, k Key) (recHeader, bool) {
+	c.mu.Lock()
+	e, ok := c.m[id]
+	c.mu.Unlock()
+	if !ok || e.loc != loc || e.key != k {
+		return recHeader{}, false
+	}
+	return e.h, true
+}
+
+func (c *headCache) put(id uint64, loc recLoc, k Key, h recHeader) {
+	h.object, h.etag = nil, nil
+	h.sums = bytes.Clone(h.sums)
+	size := int64(len(h.sums)) + 64
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[uint64]headEntry)
+	}
+	if old, ok := c.m[id]; ok {
+		c.bytes -= int64(len(old.h.sums)) + 64
+	}
+	// Random replacement (map order): part reads go to random records.
+	for id, e := range c.m {
+		if c.bytes+size <= c.maxBytes {
+			break
+		}
+		delete(c.m, id)
+		c.bytes -= int64(len(e.h.sums)) + 64
+	}
+	c.m[id] = headEntry{loc: loc, key: k, h: h}
+	c.bytes += size
+}
+
+// span is bytes read from a record, b, within memory that may come from
+// d.dio (pooled) and must then go back once b is no longer used.
+type span struct {
+	b      []byte
+	pooled []byte
+}
+
+func (s span) free(d *Disk) {
+	if s.pooled != nil {
+		d.dio.put(s.pooled)
+	}
+}
+
+// readRecord reads n bytes at off within the record at loc: with direct
+// I/O, through the aligned units that hold them, where the segment allows
+// it; else (or when that read fails) through the page cache.
+func (d *Disk) readRecord(loc recLoc, off, n int64) (span, error) {
+	if loc.seg.df != nil && loc.off%dioAlign == 0 && loc.n%dioAlign == 0 {
+		a := (loc.off + off) &^ (dioAlign - 1)
+		end := alignUp(loc.off+off+n, dioAlign)
+		buf := d.dio.get(end - a)
+		if m, err := loc.seg.df.ReadAt(buf, a); err == nil && int64(m) == end-a {
+			skip := loc.off + off - a
+			return span{b: buf[skip : skip+n], pooled: buf}, nil
+		}
+		d.dio.put(buf)
+	}
+	buf := d.dio.get(n)
+	if _, err := loc.seg.f.ReadAt(buf, loc.off+off); err != nil {
+		d.dio.put(buf)
+		return span{}, err
+	}
+	return span{b: buf, pooled: buf}, nil
+}
+
+// readFailed handles a failed read of the record at loc, as Get does: a
+// segment cut short is corrupt, any other error a failing disk.
+func (d *Disk) readFailed(id uint64, loc recLoc, err error) {
+	if errors.Is(err, io.EOF) {
+		d.corrupt(id, loc, err)
+		return
+	}
+	d.fail("read", err)
+	d.forget(id, loc)
+}

@@ -1,0 +1,154 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"sync"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// A reader that jumped (not streaming: see reader.readAhead) to a block
+// that nobody fetches or holds ready would read the whole block for a few
+// KiB. It reads only what it wants instead, in two cases:
+//   - the disk tier holds the block and RAM does not: it reads the chunks
+//     it wants from disk (readPart), where reading the block would read
+//     and checksum all of it, and push another block out of RAM;
+//   - no tier holds it, the cache is full, and the block was fetched
+//     whole before for such a read (fetchPart): the cache lost it, so a
+//     reader at random offsets of a dataset larger than the cache would
+//     fetch each block again and again, a whole block for each read. Each
+//     block gets one chance to stay: fetched whole, it may be a hit for
+//     the next reads, and while the cache has room, whole blocks fill it.
+
+// partReader is a cache tier that can read part of a block without reading
+// the whole of it (cache.Tiered, cache.Disk).
+type partReader interface {
+	ReadPart(k cache.Key, n int64, p []byte, off int64) bool
+}
+
+// fuller is a cache tier that can tell whether a new block would push out
+// another (cache.Tiered).
+type fuller interface {
+	Full() bool
+}
+
+// readPart reads p at off within block i of obj straight from the cache
+// tier when only the disk holds the block: no fetch of it is in flight or
+// ready, and RAM does not hold it (the tier checks). It reports false when
+// the block must be read otherwise.
+func (l *Loader) readPart(obj store.Object, i int64, p []byte, off int64) bool {
+	pr, ok := l.tier.(partReader)
+	if !ok || l.busy(obj, i, p) {
+		return false
+	}
+	_, n := l.blockRange(obj, i)
+	return pr.ReadPart(key(obj, i), n, p, off)
+}
+
+// busy reports whether block i of obj is fetched or held ready (or the
+// loader closed), or p is the whole block: a read whole then.
+func (l *Loader) busy(obj store.Object, i int64, p []byte) bool {
+	k := key(obj, i)
+	if _, n := l.blockRange(obj, i); int64(len(p)) == n {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed || l.ready[k] != nil || l.flights[k] != nil
+}
+
+// cacheFull reports whether a block fetched now would push another out of
+// the cache: with no tier, nothing keeps it.
+func (l *Loader) cacheFull() bool {
+	if l.tier == nil {
+		return true
+	}
+	f, ok := l.tier.(fuller)
+	return ok && f.Full()
+}
+
+// fetchPart fetches p at off within block i of obj from the store, under
+// the global GET limit, when no tier holds the block, nobody fetches it or
+// holds it ready, the cache is full, and a read like this one fetched the
+// block whole before. It reports whether it did so;
+// with an error, the read fails as a failed fetch of the block would.
+// The fetch is the reader's own, so it runs on the reader's context.
+func (l *Loader) fetchPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64) (bool, error) {
+	k := key(obj, i)
+	if l.busy(obj, i, p) || l.tierHas(k) {
+		return false, nil
+	}
+	if first := l.chances.first(k); first || !l.cacheFull() {
+		return false, nil
+	}
+	// The reader's context, ended by Close too: Close does not wait for
+	// the reader.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	if err := acquireSlot(ctx, l.gets); err != nil {
+		return true, fmt.Errorf("prefetch: read %q: %w", obj.Key, err)
+	}
+	defer func() { <-l.gets }()
+	bOff, _ := l.blockRange(obj, i)
+	l.stats.Gets.Add(1)
+	l.stats.PartGets.Add(1)
+	l.stats.Inflight.Add(1)
+	defer l.stats.Inflight.Add(-1)
+	got := 0
+	rc, err := l.opts.Foreground.ReadRange(ctx, obj, bOff+off, int64(len(p)))
+	if err == nil {
+		got, err = io.ReadFull(rc, p)
+		rc.Close()
+		if err != nil {
+			err = fmt.Errorf("read body [%d,+%d) after %d bytes: %w", bOff+off, len(p), got, err)
+		}
+	}
+	l.stats.GetBytes.Add(int64(got))
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return true, fmt.Errorf("prefetch: read %q: %w", obj.Key, ctx.Err())
+	}
+	l.stats.GetErrors.Add(1)
+	return true, fmt.Errorf("prefetch: fetch %q block %d [%d,+%d): %w", obj.Key, i, off, len(p), err)
+}
+
+// chanceSet remembers the blocks that readers at random offsets missed
+// (up to chanceKeys of them, a random one forgotten for a new one), so
+// that fetchPart gives each block one chance to stay in the cache.
+type chanceSet struct {
+	seed maphash.Seed
+	mu   sync.Mutex
+	seen map[uint64]struct{} // guarded by mu: hashes of the blocks missed
+}
+
+// chanceKeys bounds the set: 512 GiB of blocks of 8 MiB, about 3 MiB.
+const chanceKeys = 64 << 10
+
+func newChanceSet() *chanceSet {
+	return &chanceSet{seed: maphash.MakeSeed(), seen: make(map[uint64]struct{})}
+}
+
+// first records k and reports whether it was not recorded before.
+func (c *chanceSet) first(k cache.Key) bool {
+	h := maphash.Comparable(c.seed, k)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[h]; ok {
+		return false
+	}
+	if len(c.seen) >= chanceKeys {
+		for old := range c.seen {
+			delete(c.seen, old)
+			break
+		}
+	}
+	c.seen[h] = struct{}{}
+	return true
+}

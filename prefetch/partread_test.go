@@ -1,0 +1,154 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// A reader at random offsets of a file whose blocks only the disk tier
+// holds reads the chunks it wants from disk, not whole blocks, and no GET;
+// a reader that streams the file from its start reads whole blocks.
+func TestRandomReaderReadsPartsFromDisk(t *testing.T) {
+	const bs = 1 << 20
+	st := newFakeStore()
+	obj := st.add("records.bin", 32*bs+12345)
+	src := st.data(obj.Key)
+	cstats := new(cache.Stats)
+	dopts := cache.DefaultDiskOptions(t.TempDir(), 64<<20)
+	dopts.Stats = cstats
+	disk, err := cache.NewDisk(dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	ram, err := cache.NewRAM(64<<20, cstats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	for b := int64(0); b <= 32; b++ {
+		off := b * bs
+		disk.Put(key(obj, b), src[off:min(off+bs, obj.Size)])
+		disk.Flush() // one at a time: none dropped from the write queue
+	}
+	disk.Flush()
+	stats := &Stats{}
+	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, Stats: stats})
+	ctx := context.Background()
+
+	r := l.Open(obj)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const reads = 300
+	for range reads {
+		p := make([]byte, 1+rng.IntN(100<<10))
+		off := 1 + rng.Int64N(obj.Size-int64(len(p)))
+		if n, err := r.ReadAt(ctx, p, off); err != nil || n != len(p) || !bytes.Equal(p, src[off:off+int64(n)]) {
+			t.Fatalf("ReadAt(%d bytes at %d) = %d, %v, or wrong bytes", len(p), off, n, err)
+		}
+	}
+	r.Close()
+	s := cstats.Snapshot()
+	t.Logf("random reads: %d part reads, %d whole blocks from disk, %d RAM hits", s.DiskPartHits, s.DiskHits, s.RAMHits)
+	// Two reads in a row near each other now and then: a few whole blocks.
+	if s.DiskPartHits < reads*9/10 || s.DiskHits > 3 {
+		t.Fatalf("random reads: %d part reads and %d whole blocks from disk, want >= %d part reads",
+			s.DiskPartHits, s.DiskHits, reads*9/10)
+	}
+	if g := stats.Gets.Load(); g != 0 {
+		t.Fatalf("%d GETs for blocks on disk", g)
+	}
+
+	// A stream from the start takes whole blocks (then served from RAM).
+	got, err := readAll(ctx, l, obj, 128<<10)
+	if err != nil || !bytes.Equal(got, src) {
+		t.Fatalf("sequential read: %d bytes, %v", len(got), err)
+	}
+	s2 := cstats.Snapshot()
+	if s2.DiskPartHits != s.DiskPartHits || s2.DiskHits-s.DiskHits < 30 {
+		t.Fatalf("sequential read: %d part reads and %d whole blocks from disk, want none and >= 30",
+			s2.DiskPartHits-s.DiskPartHits, s2.DiskHits-s.DiskHits)
+	}
+}
+
+// fullTier is a mapTier that says whether it is full.
+type fullTier struct {
+	*mapTier
+	full bool
+}
+
+func (t fullTier) Full() bool { return t.full }
+
+// A reader at random offsets fetches whole blocks while the cache has room
+// (and keeps none ready: the tier holds them); once the cache is full, a
+// block it fetched whole before and lost is fetched in part, the bytes it
+// reads.
+func TestRandomReaderFetchesParts(t *testing.T) {
+	const bs, blocks = 1 << 20, 16
+	for _, tc := range []struct {
+		name   string
+		tier   func() cache.Tier
+		budget int64
+		parts  bool
+	}{
+		{"cache with room", func() cache.Tier { return fullTier{newMapTier(), false} }, 0, false},
+		{"full cache", func() cache.Tier {
+			m := newMapTier()
+			m.drop = true
+			return fullTier{m, true}
+		}, 0, true},
+		{"no cache, budget of 4 blocks", func() cache.Tier { return nil }, 4 * (bs + blockOverhead), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("records.bin", blocks*bs)
+			src := st.data(obj.Key)
+			stats := &Stats{}
+			l := newTestLoader(t, st, tc.tier(), Options{BlockSize: bs, MemoryBudget: tc.budget, Stats: stats})
+			ctx := context.Background()
+			r := l.Open(obj)
+			defer r.Close()
+			rng := rand.New(rand.NewPCG(3, 4))
+			var read int64
+			for range 400 {
+				p := make([]byte, 1+rng.IntN(64<<10))
+				off := 1 + rng.Int64N(obj.Size-int64(len(p)))
+				if n, err := r.ReadAt(ctx, p, off); err != nil || n != len(p) || !bytes.Equal(p, src[off:off+int64(n)]) {
+					t.Fatalf("ReadAt(%d bytes at %d) = %d, %v, or wrong bytes", len(p), off, n, err)
+				}
+				read += int64(len(p))
+			}
+			parts, got := stats.PartGets.Load(), stats.GetBytes.Load()
+			t.Logf("%d GETs, %d of them parts, %d bytes fetched for %d read", stats.Gets.Load(), parts, got, read)
+			if !tc.parts {
+				if parts != 0 || got > blocks*bs {
+					t.Fatalf("%d part GETs and %d bytes fetched, want no part and each block once", parts, got)
+				}
+				// Only blocks of reads next to the one before stay ready.
+				if m := stats.MemInUse.Load(); m > blocks/2*bs {
+					t.Fatalf("%d bytes held ready after random reads, want the tier to hold them", m)
+				}
+				return
+			}
+			// Each block once whole, then parts (a few reads in a row next
+			// to each other take whole blocks too).
+			if parts < 200 || got > (blocks+4)*bs+read {
+				t.Fatalf("%d part GETs and %d bytes fetched for %d read, want parts after each block's first fetch", parts, got, read)
+			}
+			// A part fetch is pinned to the ETag like a block's.
+			st.add(obj.Key, obj.Size)
+			var err error
+			for i := 0; i < 50 && err == nil; i++ {
+				_, err = r.ReadAt(ctx, make([]byte, 100), 1+rng.Int64N(obj.Size-100))
+			}
+			if !errors.Is(err, store.ErrChanged) {
+				t.Fatalf("read of a changed object: %v, want store.ErrChanged", err)
+			}
+		})
+	}
+}
