@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 FUZZ_EXECS      ?= 100000
 FUZZ_EXECS_SCAN ?= 250000
 
-.PHONY: build deps test fuzz demo bench compare vet clean
+.PHONY: build deps test fuzz demo bench compare compare-random vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/dataccel
@@ -47,3 +47,7 @@ clean:
 # dataccel beside s3fs and rclone on one dataset behind a 10 ms round trip (see bench/RESULTS.md).
 compare: build
 	./bench/compare.sh
+
+# Readers at random offsets of large files, dataccel beside s3fs and rclone (fio; see bench/RESULTS.md).
+compare-random: build
+	./bench/randread.sh

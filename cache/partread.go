@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 )
 
 // partHead is what ReadPart reads first: one direct-I/O unit, which holds
@@ -122,14 +123,14 @@ func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (span, recHeader, error)
 }
 
 // headCache keeps the checked headers (chunk checksums) of the records
-// ReadPart read lately, up to maxBytes of checksums, so that a part read
+// ReadPart read lately, up to maxBytes of memory, so that a part read
 // of a record costs one disk read instead of two. An entry holds for the
 // record at one place only: a record moved or written again is read anew.
 // Its lock is a leaf.
 type headCache struct {
 	mu       sync.Mutex
 	m        map[uint64]headEntry // guarded by mu
-	bytes    int64                // guarded by mu: checksum bytes held
+	bytes    int64                // guarded by mu: memory held (headEntry.cost)
 	maxBytes int64
 }
 
@@ -139,7 +140,8 @@ type headEntry struct {
 	h   recHeader // object and etag nil; sums its own copy
 }
 
-// headCacheBytes: the checksums of 8,192 blocks of 8 MiB (64 GiB of cache).
+// headCacheBytes: the headers of about 6,000 blocks of 8 MiB (48 GiB of
+// cache), or 20,000 small ones.
 const headCacheBytes = 8 << 20
 
 func (c *headCache) get(id uint64, loc recLoc, k Key) (recHeader, bool) {
@@ -155,25 +157,32 @@ func (c *headCache) get(id uint64, loc recLoc, k Key) (recHeader, bool) {
 func (c *headCache) put(id uint64, loc recLoc, k Key, h recHeader) {
 	h.object, h.etag = nil, nil
 	h.sums = bytes.Clone(h.sums)
-	size := int64(len(h.sums)) + 64
+	e := headEntry{loc: loc, key: k, h: h}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = make(map[uint64]headEntry)
 	}
-	if old, ok := c.m[id]; ok {
-		c.bytes -= int64(len(old.h.sums)) + 64
+	if old, ok := c.m[id]; ok { // a record moved by compaction
+		c.bytes -= old.cost()
+		delete(c.m, id)
 	}
 	// Random replacement (map order): part reads go to random records.
-	for id, e := range c.m {
-		if c.bytes+size <= c.maxBytes {
+	for victim, v := range c.m {
+		if c.bytes+e.cost() <= c.maxBytes {
 			break
 		}
-		delete(c.m, id)
-		c.bytes -= int64(len(e.h.sums)) + 64
+		delete(c.m, victim)
+		c.bytes -= v.cost()
 	}
-	c.m[id] = headEntry{loc: loc, key: k, h: h}
-	c.bytes += size
+	c.m[id] = e
+	c.bytes += e.cost()
+}
+
+// cost is the memory an entry holds: its checksums, the entry itself and
+// about as much again for its map slot.
+func (e headEntry) cost() int64 {
+	return int64(len(e.h.sums)) + 2*int64(unsafe.Sizeof(e))
 }
 
 // span is bytes read from a record, b, within memory that may come from

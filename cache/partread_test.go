@@ -90,8 +90,45 @@ func TestDiskReadPart(t *testing.T) {
 	})
 }
 
+// checkChunks takes a chunk only with its own checksum, at its own index.
+func TestCheckChunks(t *testing.T) {
+	k := testKey("c", 1)
+	raw := blockFor(k, 1<<20+5000) // 17 chunks, the last one short
+	hdr, payload, _ := new(compressor).encodeBlock(k, raw, false)
+	h, err := parseHeader(append(hdr, payload...))
+	if err != nil || h.sums == nil {
+		t.Fatalf("parseHeader: %v, %d checksum bytes", err, len(h.sums))
+	}
+	c5 := raw[5<<sumShift : 7<<sumShift]
+	if err := checkChunks(c5, 5, &h); err != nil {
+		t.Fatalf("intact chunks 5-6: %v", err)
+	}
+	if err := checkChunks(raw[16<<sumShift:], 16, &h); err != nil {
+		t.Fatalf("intact short last chunk: %v", err)
+	}
+	if err := checkChunks(c5, 4, &h); err == nil {
+		t.Fatal("chunks 5-6 passed as chunks 4-5")
+	}
+	flipped := bytes.Clone(c5)
+	flipped[70000] ^= 1
+	if err := checkChunks(flipped, 5, &h); err == nil {
+		t.Fatal("a flipped byte in chunk 6 passed")
+	}
+	bad := h
+	bad.sums = bytes.Clone(h.sums)
+	bad.sums[8*6] ^= 1
+	if err := checkChunks(c5, 5, &bad); err == nil {
+		t.Fatal("a wrong checksum for chunk 6 passed")
+	}
+	if err := checkChunks(raw[16<<sumShift:], 17, &h); err == nil {
+		t.Fatal("a chunk past the last checksum passed")
+	}
+}
+
 // A part read checks the chunks it reads: a flipped bit in one drops the
-// record, which then misses; the chunks before it were served intact.
+// record, which then misses; the chunks before it were served intact. A
+// flipped chunk checksum fails the header's own checksum when the disk
+// tier opens: the record is dropped then.
 func TestDiskReadPartCorruption(t *testing.T) {
 	const n = 1 << 20
 	for _, tc := range []struct {
@@ -99,7 +136,7 @@ func TestDiskReadPartCorruption(t *testing.T) {
 		at   func(hdrLen int) int // offset in the record of the flipped byte
 	}{
 		{"payload chunk 5", func(h int) int { return h + 5<<sumShift + 100 }},
-		{"chunk checksum 5", func(h int) int { return h - 8 - 16*8 + 5*8 }},
+		{"chunk checksum 5, caught at open", func(h int) int { return h - 8 - 16*8 + 5*8 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			layouts(t, func(t *testing.T, buffered bool) {
@@ -138,6 +175,8 @@ func TestDiskReadPartCorruption(t *testing.T) {
 					if !d2.ReadPart(k, n, p, 0) || !bytes.Equal(p, blockFor(k, n)[:4096]) {
 						t.Fatal("an intact chunk of the record was not served")
 					}
+				} else if !strings.HasSuffix(tc.name, "caught at open") || d2.Contains(k) {
+					t.Fatal("a record with a wrong chunk checksum was kept at open")
 				}
 				if d2.ReadPart(k, n, p, 5<<sumShift) {
 					t.Fatal("ReadPart served a corrupt chunk")
@@ -156,10 +195,16 @@ func TestDiskReadPartCorruption(t *testing.T) {
 
 // The header cache holds for a record at one place and stays within its bound.
 func TestHeadCache(t *testing.T) {
-	c := headCache{maxBytes: 10 * (1024 + 64)}
 	seg := &segment{path: filepath.Join(t.TempDir(), "s")}
 	k := testKey("a", 1)
 	h := recHeader{sums: make([]byte, 1024), sumShift: sumShift, rawLen: 1 << 20}
+	c := headCache{maxBytes: 10 * headEntry{h: h}.cost()}
+	held := func() (n int64) {
+		for _, e := range c.m {
+			n += e.cost()
+		}
+		return n
+	}
 	c.put(1, recLoc{seg: seg, off: 4096, n: 8192}, k, h)
 	if _, ok := c.get(1, recLoc{seg: seg, off: 4096, n: 8192}, k); !ok {
 		t.Fatal("miss for the record put")
@@ -170,11 +215,25 @@ func TestHeadCache(t *testing.T) {
 	if _, ok := c.get(1, recLoc{seg: seg, off: 4096, n: 8192}, testKey("b", 1)); ok {
 		t.Fatal("hit for another key")
 	}
-	for i := range uint64(100) {
-		c.put(i+2, recLoc{seg: seg, off: int64(i) * 8192, n: 8192}, k, h)
+	for i := range uint64(300) {
+		// Records moved and put again, with headers of several sizes.
+		hi := h
+		hi.sums = make([]byte, 512*(1+i%5))
+		c.put(i%20+2, recLoc{seg: seg, off: int64(i) * 8192, n: 8192}, k, hi)
 	}
-	if len(c.m) > 10 || c.bytes > c.maxBytes {
-		t.Fatalf("%d entries, %d bytes: over the bound of %d bytes", len(c.m), c.bytes, c.maxBytes)
+	if len(c.m) > 10 || c.bytes > c.maxBytes || c.bytes != held() {
+		t.Fatalf("%d entries, %d bytes counted, %d held: over the bound of %d bytes, or miscounted",
+			len(c.m), c.bytes, held(), c.maxBytes)
+	}
+	// A record moved, put again with a larger header than the bound: the
+	// old entry is counted out once.
+	c = headCache{maxBytes: headEntry{h: h}.cost()}
+	c.put(1, recLoc{seg: seg, off: 4096, n: 8192}, k, h)
+	big := h
+	big.sums = make([]byte, 4096)
+	c.put(1, recLoc{seg: seg, off: 8192, n: 8192}, k, big)
+	if c.bytes != held() {
+		t.Fatalf("%d bytes counted, %d held", c.bytes, held())
 	}
 }
 

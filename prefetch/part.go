@@ -91,7 +91,7 @@ func (l *Loader) fetchPart(ctx context.Context, obj store.Object, i int64, p []b
 	defer cancel()
 	defer context.AfterFunc(l.ctx, cancel)()
 	if err := acquireSlot(ctx, l.gets); err != nil {
-		return true, fmt.Errorf("prefetch: read %q: %w", obj.Key, err)
+		return true, l.partErr(ctx, obj, i, err)
 	}
 	defer func() { <-l.gets }()
 	bOff, _ := l.blockRange(obj, i)
@@ -109,14 +109,26 @@ func (l *Loader) fetchPart(ctx context.Context, obj store.Object, i int64, p []b
 		}
 	}
 	l.stats.GetBytes.Add(int64(got))
-	switch {
-	case err == nil:
+	if err == nil {
 		return true, nil
-	case ctx.Err() != nil:
-		return true, fmt.Errorf("prefetch: read %q: %w", obj.Key, ctx.Err())
 	}
-	l.stats.GetErrors.Add(1)
-	return true, fmt.Errorf("prefetch: fetch %q block %d [%d,+%d): %w", obj.Key, i, off, len(p), err)
+	if ctx.Err() == nil {
+		l.stats.GetErrors.Add(1)
+		err = fmt.Errorf("[%d,+%d): %w", off, len(p), err)
+	}
+	return true, l.partErr(ctx, obj, i, err)
+}
+
+// partErr wraps the error of a part fetch: a closed loader's as ErrClosed
+// (as a block fetch's), a read cancelled as the context's error.
+func (l *Loader) partErr(ctx context.Context, obj store.Object, i int64, err error) error {
+	switch {
+	case l.ctx.Err() != nil:
+		return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", obj.Key, i, ErrClosed, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("prefetch: read %q: %w", obj.Key, ctx.Err())
+	}
+	return fmt.Errorf("prefetch: fetch %q block %d %w", obj.Key, i, err)
 }
 
 // chanceSet remembers the blocks that readers at random offsets missed
