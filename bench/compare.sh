@@ -50,14 +50,13 @@ DS=train # the dataset's prefix
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
-say() { printf '\n== %s\n' "$*"; }
+. bench/lib.sh
 
 say "install peers and tools"
 "$PEERS/install.sh"
-command -v jq >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null; }
+need_tools jq
 make -s build
 
-. "$PEERS/lib.sh"
 MOUNT_PIDS=()
 cleanup() {
   for m in "$OUT"/mnt-*; do mountpoint -q "$m" 2>/dev/null && { fusermount3 -u "$m" 2>/dev/null || umount -l "$m"; }; done
@@ -66,24 +65,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say "S3 server behind a ${RTT_MS} ms round trip"
-"$PEERS/s3-up.sh" --latency-ms "$RTT_MS" >/dev/null
-load_env
-export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY AWS_REGION=$S3_REGION
+s3_up "$RTT_MS"
 
 say "dataset $DS: $FILES ImageNet-like files (mean $MEAN_SIZE bytes) in $CLASSES directories, and a 10,000-file directory"
-have=$(s3tool stat -prefix "$DS/" | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
-if [[ $have != "$FILES" ]]; then
-  [[ $have == 0 ]] || s3tool rm -prefix "$DS/"
-  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/$DS" -n "$FILES" --classes "$CLASSES" \
-    --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
-fi
-have=$(s3tool stat -prefix flat10k/ | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
-if [[ $have != 10000 ]]; then
-  [[ $have == 0 ]] || s3tool rm -prefix flat10k/
-  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/flat10k" -n 10000 --classes 1 \
-    --mean-size 2000 --min-size 1000 --max-size 4000
-fi
+ensure_dataset "$DS" "$FILES" --classes "$CLASSES" --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
+ensure_dataset flat10k 10000 --classes 1 --mean-size 2000 --min-size 1000 --max-size 4000
 BYTES=$(s3tool stat -prefix "$DS/" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
 # The local-disk reads use a copy: the server's own files are read by every GET, so their page
 # cache would have seen two more reads than any mount's before its warm epoch, and the kernel
@@ -94,7 +80,6 @@ if [[ $(find "$LOCAL" -type f 2>/dev/null | wc -l) != "$FILES" ]]; then
   rm -rf "$LOCAL"; mkdir -p "$OUT/local"; cp -r "$S3_ROOT/$DS" "$LOCAL"; sync
 fi
 
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # cold for the clients (local disk too), warm for the server: drop all caches, then re-read the
 # server's files.
 server_warm() { drop_caches; find "$S3_ROOT" -type f -print0 | xargs -0 -P4 -n64 cat >/dev/null; }

@@ -33,16 +33,13 @@ BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"
 mountpoint -q "$OUT/mnt" 2>/dev/null && { fusermount3 -u "$OUT/mnt" 2>/dev/null || umount -l "$OUT/mnt"; }
 rm -rf "$OUT"/mnt "$OUT"/cache "$OUT"/*.json
-say() { printf '\n== %s\n' "$*"; }
+. bench/lib.sh
 
 say "install peers and tools"
 "$PEERS/install.sh"
-for tool in jq fio; do
-  command -v $tool >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $tool >/dev/null; }
-done
+need_tools jq fio
 make -s build
 
-. "$PEERS/lib.sh"
 DC_PID=
 cleanup() {
   mountpoint -q "$OUT/mnt" 2>/dev/null && { fusermount3 -u "$OUT/mnt" 2>/dev/null || umount -l "$OUT/mnt"; }
@@ -51,18 +48,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say "S3 server behind a ${RTT_MS} ms round trip"
-"$PEERS/s3-up.sh" --latency-ms "$RTT_MS" >/dev/null
-load_env
-export AWS_ACCESS_KEY_ID=$S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET_KEY AWS_REGION=$S3_REGION
+s3_up "$RTT_MS"
 
 say "dataset $DS: $FILES files (mean $MEAN_SIZE bytes)"
-have=$(s3tool stat -prefix "$DS/" | sed -n 's/.* files=\([0-9]*\) .*/\1/p')
-if [[ $have != "$FILES" ]]; then
-  [[ $have == 0 ]] || s3tool rm -prefix "$DS/"
-  "$BIN" bench gen -q --endpoint "$S3_ENDPOINT" --to "s3://$S3_BUCKET/$DS" -n "$FILES" --classes 1 \
-    --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
-fi
+ensure_dataset "$DS" "$FILES" --classes 1 --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
 LOCAL=$OUT/local/$DS
 if [[ $(find "$LOCAL" -type f 2>/dev/null | wc -l) != "$FILES" ]]; then
   rm -rf "$OUT/local"; mkdir -p "$OUT/local"; cp -r "$S3_ROOT/$DS" "$LOCAL"; sync
@@ -82,7 +71,6 @@ fio_runs() {
     printf '  %-34s run %d: %s\n' "$name" "$run" "$(tail -1 "$OUT/runs.jsonl" | jq -r '"\(.reads_per_s) reads/s, \(.mib_per_s) MiB/s, p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"')"
   done
 }
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # dataccel NAME FLAGS...: a fresh mount, fio, then its GET bytes and reads from the disk cache.
 dataccel() {
   local name=$1; shift
