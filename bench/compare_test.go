@@ -151,30 +151,35 @@ func TestCompareHTML(t *testing.T) {
 	}
 }
 
-// TestCompareScriptRejectsBadMix: compare.sh refuses a mix it cannot
-// generate, before it installs, starts or writes anything.
+// TestCompareScriptRejectsBadMix: compare.sh and randread.sh refuse a mix
+// they cannot generate or run, before they install, start or write anything.
 func TestCompareScriptRejectsBadMix(t *testing.T) {
 	for _, c := range []struct {
 		name    string
+		script  string
 		env     []string
 		wantMsg string
 	}{
-		{"mean under the smallest size", []string{"MEAN_SIZE=5000"}, "MEAN_SIZE=5000 lies outside MIN_SIZE..MAX_SIZE (10000..1000000)"},
-		{"mean over the largest size", []string{"MEAN_SIZE=300000", "MAX_SIZE=200000"}, "MEAN_SIZE=300000 lies outside"},
-		{"not a number", []string{"READERS=sixteen"}, "READERS=sixteen: want a whole number"},
-		{"unknown order", []string{"ORDER=random"}, "ORDER=random: want shuffle or dir"},
+		{"mean under the smallest size", "compare.sh", []string{"MEAN_SIZE=5000"}, "MEAN_SIZE=5000 lies outside MIN_SIZE..MAX_SIZE (10000..1000000)"},
+		{"mean over the largest size", "compare.sh", []string{"MEAN_SIZE=300000", "MAX_SIZE=200000"}, "MEAN_SIZE=300000 lies outside"},
+		{"not a number", "compare.sh", []string{"READERS=sixteen"}, "READERS=sixteen: want a whole number"},
+		{"unknown order", "compare.sh", []string{"ORDER=random"}, "ORDER=random: want shuffle or dir"},
+		{"random: mean outside the sizes", "randread.sh", []string{"MEAN_SIZE=5"}, "MEAN_SIZE=5 lies outside MIN_SIZE..MAX_SIZE (20000000..80000000)"},
+		{"random: no runs", "randread.sh", []string{"RUNS=0"}, "RUNS=0: want a whole number > 0"},
+		{"random: read size", "randread.sh", []string{"BS=64kb"}, "BS=64kb: want a size such as 4k or 64k"},
+		{"random: direct", "randread.sh", []string{"DIRECT=yes"}, "DIRECT=yes: want 0 or 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			cmd := exec.Command("bash", "compare.sh")
+			cmd := exec.Command("bash", c.script)
 			cmd.Env = append(os.Environ(), append(c.env, "OUT="+out, "PEERS_DIR=/nonexistent")...)
 			msg, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(msg), c.wantMsg) {
-				t.Fatalf("compare.sh with %v: %v, want exit 2 saying %q; output:\n%s", c.env, err, c.wantMsg, msg)
+				t.Fatalf("%s with %v: %v, want exit 2 saying %q; output:\n%s", c.script, c.env, err, c.wantMsg, msg)
 			}
 			if _, err := os.Stat(out); err == nil {
-				t.Error("compare.sh created its output directory for a rejected mix")
+				t.Errorf("%s created its output directory for a rejected mix", c.script)
 			}
 		})
 	}
