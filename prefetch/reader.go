@@ -203,7 +203,7 @@ type access uint8
 const (
 	jumped  access = iota // far from where the read before ended
 	nearby                // next to it, but fewer than streamRun reads in a row are
-	streams               // streamRun reads in a row next to each other, or from offset 0
+	streams               // streamRun reads in a row next to each other, or a first read from offset 0
 )
 
 // streamRun is how many reads in a row, each following the one before,
@@ -218,8 +218,8 @@ const streamRun = 3
 // blocks of the window not covered yet. It never waits: a block that finds
 // no budget is skipped and tried again by a later read. It reports how
 // the read follows the reader's reads before it: it streams when it starts
-// at offset 0, or when it and the streamRun-1 reads before it each follow
-// the read before them. A read or two that land next to the one before
+// at offset 0 as the reader's first read, or when it and the streamRun-1
+// reads before it each follow the read before them. A read or two that land next to the one before
 // are no sign of a stream: a reader at random offsets in a large file
 // does that now and then.
 func (r *reader) readAhead(off, end, last int64) (acc access) {
@@ -229,16 +229,20 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 	nb := l.numBlocks(r.obj)
 	r.mu.Lock()
 	near := off >= r.next-slack && off <= r.next+slack
+	// A read from the start, before the reader went further, begins a
+	// stream; a reader that comes back to offset 0 (a format's header or
+	// meta page) jumped there.
+	start := off == 0 && r.next <= slack
 	switch {
-	case off == 0:
-		r.run = streamRun // a read from the start begins a stream
+	case start:
+		r.run = streamRun
 	case near:
 		r.run = min(r.run+1, streamRun)
 	default:
 		r.run = 0
 	}
 	switch {
-	case off == 0 || near && r.run >= streamRun:
+	case start || near && r.run >= streamRun:
 		acc = streams
 	case near:
 		acc = nearby
