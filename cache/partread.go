@@ -9,13 +9,13 @@ import (
 	"unsafe"
 )
 
-// partHead is what ReadPart reads first: one direct-I/O unit, which holds
-// the header of a block of up to 8 MiB with a key of up to 2 KiB.
+// partHead is what ReadPart reads first: one page, which holds the header
+// of a block of up to 8 MiB with a key of up to 2 KiB.
 const partHead = dioAlign
 
-// ReadPart copies into p the raw bytes of block k from off on, reading and
-// checking only the chunks of the record that hold them, instead of
-// reading and checking the whole block. n is the block's length: a record
+// ReadPart copies into p the raw bytes of block k from off on, reading (through
+// the page cache: see readRecord) and checking only the chunks of the record
+// that hold them, instead of reading and checking the whole block. n is the block's length: a record
 // of another length (written under another block size) is not read.
 // ReadPart reports false, leaving p alone, when k is not on disk, the range
 // is not within the block, or the record has no chunk checksums
@@ -198,20 +198,13 @@ func (s span) free(d *Disk) {
 	}
 }
 
-// readRecord reads n bytes at off within the record at loc: with direct
-// I/O, through the aligned units that hold them, where the segment allows
-// it; else (or when that read fails) through the page cache.
+// readRecord reads n bytes at off within the record at loc through the
+// page cache, unlike Get (see dioread.go): RAM does not hold a block read
+// in part (Tiered.ReadPart), and a random reader's chunks then stay in
+// memory the kernel has to spare, for its next reads nearby, where a
+// direct read would go to the disk each time (bench/RESULTS.md). The
+// kernel gives those pages back when memory is short.
 func (d *Disk) readRecord(loc recLoc, off, n int64) (span, error) {
-	if loc.seg.df != nil && loc.off%dioAlign == 0 && loc.n%dioAlign == 0 {
-		a := (loc.off + off) &^ (dioAlign - 1)
-		end := alignUp(loc.off+off+n, dioAlign)
-		buf := d.dio.get(end - a)
-		if m, err := loc.seg.df.ReadAt(buf, a); err == nil && int64(m) == end-a {
-			skip := loc.off + off - a
-			return span{b: buf[skip : skip+n], pooled: buf}, nil
-		}
-		d.dio.put(buf)
-	}
 	buf := d.dio.get(n)
 	if _, err := loc.seg.f.ReadAt(buf, loc.off+off); err != nil {
 		d.dio.put(buf)
