@@ -43,6 +43,7 @@ import (
 //	8  raw length u64
 //	16 payload length u64
 //	24 xxhash64 of the raw bytes; with flagSums, of the chunk checksums
+//	   (which the header checksum covers: not checked again)
 //	32 block i64
 //	40 object length u32
 //	44 etag length u32
@@ -342,8 +343,7 @@ func parseHeader(buf []byte) (recHeader, error) {
 	// A compressed payload is stored only when smaller than the raw bytes,
 	// and has no chunk checksums.
 	if h.flags&^(flagS2|flagSums) != 0 || h.flags == flagS2|flagSums ||
-		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen ||
-		h.sums != nil && xxhash.Sum64(h.sums) != h.sum {
+		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen {
 		return h, fmt.Errorf("%w: header fields", errCorrupt)
 	}
 	return h, nil

@@ -39,13 +39,11 @@ func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
 	defer loc.seg.release()
 
 	h, ok := d.heads.get(id, loc, k)
-	var head span
 	if !ok {
 		var err error
-		if head, h, err = d.readHeader(id, loc, k); err != nil {
+		if h, err = d.readHeader(id, loc, k); err != nil {
 			return false
 		}
-		defer head.free(d)
 		d.heads.put(id, loc, k, h)
 	}
 	if h.sums == nil || int64(h.rawLen) != n {
@@ -56,19 +54,12 @@ func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
 	first := int(off >> h.sumShift)
 	lo := int64(first) << h.sumShift
 	hi := min(((off+int64(len(p))-1)>>h.sumShift+1)<<h.sumShift, n)
-	at := int64(h.headerLen) + lo
-	var chunks []byte
-	if at+(hi-lo) <= int64(len(head.b)) {
-		chunks = head.b[at : at+hi-lo]
-	} else {
-		body, err := d.readRecord(loc, at, hi-lo)
-		if err != nil {
-			d.readFailed(id, loc, err)
-			return false
-		}
-		defer body.free(d)
-		chunks = body.b
+	chunks, err := d.readRecord(loc, int64(h.headerLen)+lo, hi-lo)
+	if err != nil {
+		d.readFailed(id, loc, err)
+		return false
 	}
+	defer d.dio.put(chunks)
 	if err := checkChunks(chunks, first, &h); err != nil {
 		d.corrupt(id, loc, err)
 		return false
@@ -84,30 +75,31 @@ func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
 }
 
 // readHeader reads and checks the header of the record for k at loc (id),
-// dropping the record when it is corrupt. It returns what it read (which
-// may hold the first chunks too) and the header, which aliases it.
-func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (span, recHeader, error) {
+// dropping the record when it is corrupt. The header it returns holds its
+// own copy of the chunk checksums, and no key.
+func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (recHeader, error) {
 	head, err := d.readRecord(loc, 0, min(loc.n, partHead))
 	if err != nil {
 		d.readFailed(id, loc, err)
-		return span{}, recHeader{}, err
+		return recHeader{}, err
 	}
-	h, err := parseHeader(head.b)
+	h, err := parseHeader(head)
 	if errors.Is(err, errShortHeader) {
 		// A long key: read the whole header.
-		hl, herr := headerLen(head.b)
-		head.free(d)
+		hl, herr := headerLen(head)
+		d.dio.put(head)
 		if herr != nil || int64(hl) > loc.n {
 			err = fmt.Errorf("%w: header length", errCorrupt)
 			d.corrupt(id, loc, err)
-			return span{}, recHeader{}, err
+			return recHeader{}, err
 		}
 		if head, err = d.readRecord(loc, 0, int64(hl)); err != nil {
 			d.readFailed(id, loc, err)
-			return span{}, recHeader{}, err
+			return recHeader{}, err
 		}
-		h, err = parseHeader(head.b)
+		h, err = parseHeader(head)
 	}
+	defer d.dio.put(head)
 	if err == nil && (string(h.object) != k.Object || string(h.etag) != k.ETag || h.block != k.Block) {
 		err = fmt.Errorf("%w: key mismatch", errCorrupt)
 	}
@@ -115,11 +107,12 @@ func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (span, recHeader, error)
 		err = fmt.Errorf("%w: record length", errCorrupt)
 	}
 	if err != nil {
-		head.free(d)
 		d.corrupt(id, loc, err)
-		return span{}, recHeader{}, err
+		return recHeader{}, err
 	}
-	return head, h, nil
+	h.object, h.etag = nil, nil
+	h.sums = bytes.Clone(h.sums)
+	return h, nil
 }
 
 // headCache keeps the checked headers (chunk checksums) of the records
@@ -154,9 +147,8 @@ func (c *headCache) get(id uint64, loc recLoc, k Key) (recHeader, bool) {
 	return e.h, true
 }
 
+// put keeps h (from readHeader: it aliases no read buffer).
 func (c *headCache) put(id uint64, loc recLoc, k Key, h recHeader) {
-	h.object, h.etag = nil, nil
-	h.sums = bytes.Clone(h.sums)
 	e := headEntry{loc: loc, key: k, h: h}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -185,32 +177,21 @@ func (e headEntry) cost() int64 {
 	return int64(len(e.h.sums)) + 2*int64(unsafe.Sizeof(e))
 }
 
-// span is bytes read from a record, b, within memory that may come from
-// d.dio (pooled) and must then go back once b is no longer used.
-type span struct {
-	b      []byte
-	pooled []byte
-}
-
-func (s span) free(d *Disk) {
-	if s.pooled != nil {
-		d.dio.put(s.pooled)
-	}
-}
-
-// readRecord reads n bytes at off within the record at loc through the
-// page cache, unlike Get (see dioread.go): RAM does not hold a block read
-// in part (Tiered.ReadPart), and a random reader's chunks then stay in
-// memory the kernel has to spare, for its next reads nearby, where a
-// direct read would go to the disk each time (bench/RESULTS.md). The
-// kernel gives those pages back when memory is short.
-func (d *Disk) readRecord(loc recLoc, off, n int64) (span, error) {
+// readRecord reads n bytes at off within the record at loc, into memory
+// from d.dio that the caller gives back (d.dio.put) once done with it. It
+// reads through the page cache, unlike Get (see dioread.go): RAM does not
+// hold a block read in part (Tiered.ReadPart), and a random reader's
+// chunks then stay in memory the kernel has to spare, for its next reads
+// nearby, where a direct read would go to the disk each time
+// (bench/RESULTS.md). The kernel gives those pages back when memory is
+// short.
+func (d *Disk) readRecord(loc recLoc, off, n int64) ([]byte, error) {
 	buf := d.dio.get(n)
 	if _, err := loc.seg.f.ReadAt(buf, loc.off+off); err != nil {
 		d.dio.put(buf)
-		return span{}, err
+		return nil, err
 	}
-	return span{b: buf, pooled: buf}, nil
+	return buf, nil
 }
 
 // readFailed handles a failed read of the record at loc, as Get does: a

@@ -192,7 +192,7 @@ type Loader struct {
 	sweep     *sweeper      // nil unless CrossFile
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
 	handed    *handedSet    // blocks handed to the kernel lately
-	chances   *chanceSet    // blocks readers at random offsets missed (fetchPart)
+	chances   *chanceSet    // blocks readers at random offsets missed while the cache was full (readPart)
 
 	mu      sync.Mutex
 	flights map[cache.Key]*flight // guarded by mu: fetches in progress

@@ -15,14 +15,15 @@ import (
 // that nobody fetches or holds ready would read the whole block for a few
 // KiB. It reads only what it wants instead, in two cases:
 //   - the disk tier holds the block and RAM does not: it reads the chunks
-//     it wants from disk (readPart), where reading the block would read
+//     it wants from disk (cache.Tiered.ReadPart), where reading the block would read
 //     and checksum all of it, and push another block out of RAM;
 //   - no tier holds it, the cache is full, and the block was fetched
-//     whole before for such a read (fetchPart): the cache lost it, so a
-//     reader at random offsets of a dataset larger than the cache would
-//     fetch each block again and again, a whole block for each read. Each
-//     block gets one chance to stay: fetched whole, it may be a hit for
-//     the next reads, and while the cache has room, whole blocks fill it.
+//     whole before for such a read while it was full (fetchPart): the
+//     cache lost it, so a reader at random offsets of a dataset larger
+//     than the cache would fetch each block again and again, a whole block
+//     for each read. Each block gets one chance to stay: fetched whole, it
+//     may be a hit for the next reads, and while the cache has room, whole
+//     blocks fill it.
 
 // partReader is a cache tier that can read part of a block without reading
 // the whole of it (cache.Tiered, cache.Disk).
@@ -36,29 +37,31 @@ type fuller interface {
 	Full() bool
 }
 
-// readPart reads p at off within block i of obj straight from the cache
-// tier when only the disk holds the block: no fetch of it is in flight or
-// ready, and RAM does not hold it (the tier checks). It reports false when
-// the block must be read otherwise.
-func (l *Loader) readPart(obj store.Object, i int64, p []byte, off int64) bool {
-	pr, ok := l.tier.(partReader)
-	if !ok || l.busy(obj, i, p) {
-		return false
-	}
-	_, n := l.blockRange(obj, i)
-	return pr.ReadPart(key(obj, i), n, p, off)
-}
-
-// busy reports whether block i of obj is fetched or held ready (or the
-// loader closed), or p is the whole block: a read whole then.
-func (l *Loader) busy(obj store.Object, i int64, p []byte) bool {
+// readPart reads p at off within block i of obj without the rest of the
+// block, for a read outside a stream (see above): from the disk tier when
+// only it holds the block (RAM does not: the tier checks), or from the
+// store when no tier holds it, the cache is full and the block had its
+// chance. It reports false when the block must be read whole (startRead):
+// the read wants all of it, or someone fetches it or holds it ready.
+func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64) (bool, error) {
 	k := key(obj, i)
-	if _, n := l.blockRange(obj, i); int64(len(p)) == n {
-		return true
+	bOff, n := l.blockRange(obj, i)
+	if int64(len(p)) == n {
+		return false, nil
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed || l.ready[k] != nil || l.flights[k] != nil
+	busy := l.closed || l.ready[k] != nil || l.flights[k] != nil
+	l.mu.Unlock()
+	if busy {
+		return false, nil
+	}
+	if pr, ok := l.tier.(partReader); ok && pr.ReadPart(k, n, p, off) {
+		return true, nil
+	}
+	if !l.cacheFull() || l.tierHas(k) || l.chances.first(k) {
+		return false, nil
+	}
+	return true, l.fetchPart(ctx, obj, i, bOff+off, p)
 }
 
 // cacheFull reports whether a block fetched now would push another out of
@@ -71,52 +74,39 @@ func (l *Loader) cacheFull() bool {
 	return ok && f.Full()
 }
 
-// fetchPart fetches p at off within block i of obj from the store, under
-// the global GET limit, when no tier holds the block, nobody fetches it or
-// holds it ready, the cache is full, and a read like this one fetched the
-// block whole before. It reports whether it did so;
-// with an error, the read fails as a failed fetch of the block would.
-// The fetch is the reader's own, so it runs on the reader's context.
-func (l *Loader) fetchPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64) (bool, error) {
-	k := key(obj, i)
-	if l.busy(obj, i, p) || l.tierHas(k) {
-		return false, nil
-	}
-	if first := l.chances.first(k); first || !l.cacheFull() {
-		return false, nil
-	}
+// fetchPart fetches p, the bytes at at of obj (within block i), from the
+// store under the global GET limit; with an error, the read fails as a
+// failed fetch of the block would. The fetch is the reader's own, so it
+// runs on the reader's context.
+func (l *Loader) fetchPart(ctx context.Context, obj store.Object, i, at int64, p []byte) error {
 	// The reader's context, ended by Close too: Close does not wait for
 	// the reader.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.ctx, cancel)()
 	if err := acquireSlot(ctx, l.gets); err != nil {
-		return true, l.partErr(ctx, obj, i, err)
+		return l.partErr(ctx, obj, i, err)
 	}
 	defer func() { <-l.gets }()
-	bOff, _ := l.blockRange(obj, i)
 	l.stats.Gets.Add(1)
 	l.stats.PartGets.Add(1)
 	l.stats.Inflight.Add(1)
 	defer l.stats.Inflight.Add(-1)
 	got := 0
-	rc, err := l.opts.Foreground.ReadRange(ctx, obj, bOff+off, int64(len(p)))
+	rc, err := l.opts.Foreground.ReadRange(ctx, obj, at, int64(len(p)))
 	if err == nil {
 		got, err = io.ReadFull(rc, p)
 		rc.Close()
-		if err != nil {
-			err = fmt.Errorf("read body [%d,+%d) after %d bytes: %w", bOff+off, len(p), got, err)
-		}
 	}
 	l.stats.GetBytes.Add(int64(got))
 	if err == nil {
-		return true, nil
+		return nil
 	}
 	if ctx.Err() == nil {
 		l.stats.GetErrors.Add(1)
-		err = fmt.Errorf("[%d,+%d): %w", off, len(p), err)
+		err = fmt.Errorf("[%d,+%d) after %d bytes: %w", at, len(p), got, err)
 	}
-	return true, l.partErr(ctx, obj, i, err)
+	return l.partErr(ctx, obj, i, err)
 }
 
 // partErr wraps the error of a part fetch: a closed loader's as ErrClosed
@@ -132,8 +122,9 @@ func (l *Loader) partErr(ctx context.Context, obj store.Object, i int64, err err
 }
 
 // chanceSet remembers the blocks that readers at random offsets missed
-// (up to chanceKeys of them, a random one forgotten for a new one), so
-// that fetchPart gives each block one chance to stay in the cache.
+// while the cache was full (up to chanceKeys of them, a random one
+// forgotten for a new one), so that readPart gives each block one chance
+// to stay in the cache.
 type chanceSet struct {
 	seed maphash.Seed
 	mu   sync.Mutex

@@ -58,7 +58,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// reads the part it wants then).
 	acc := r.readAhead(off, end, last)
 	for b := first + 1; b <= last; b++ {
-		if acc == streams || !l.tierHas(key(r.obj, b)) && !l.cacheFull() {
+		if acc == streams || !l.cacheFull() && !l.tierHas(key(r.obj, b)) {
 			l.startPrefetch(r.obj, b, false, landReady, nil)
 		}
 	}
@@ -159,12 +159,9 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	bOff, bn := l.blockRange(r.obj, b)
 	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
 	if acc != streams {
-		part := l.readPart(r.obj, b, dst[:hi-lo], lo)
-		if !part {
-			var err error
-			if part, err = l.fetchPart(ctx, r.obj, b, dst[:hi-lo], lo); err != nil {
-				return nil, err
-			}
+		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo)
+		if err != nil {
+			return nil, err
 		}
 		if part {
 			l.handed.mark(key(r.obj, b), hi-lo)
