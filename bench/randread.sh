@@ -3,15 +3,16 @@
 # an index), dataccel beside s3fs and rclone, in one run: a local S3 server (versitygw) behind an
 # emulated round trip, FILES files of MEAN_SIZE bytes, and for each mount in turn (fresh, cold)
 # fio with JOBS jobs of BS random reads over every file for DURATION seconds, RUNS times back to back on
-# that mount (the first run fills the caches). dataccel runs three times: with the flags
+# that mount (the first run fills the caches). dataccel runs four times: with the flags
 # `make compare` uses (--cache-dir, a 1 GiB RAM cache), with a RAM cache smaller than the
-# dataset (RAM_SMALL) over the disk cache, and with that RAM cache alone. The local disk's own
-# figure comes from the same job on a copy of the files.
+# dataset (RAM_SMALL) over the disk cache, over a disk cache smaller than the dataset as well
+# (DISK_SMALL), and with that RAM cache alone. The local disk's own figure comes from the same
+# job on a copy of the files.
 # DIRECT=1 (the default) opens with O_DIRECT, so that every read reaches the mount; with 0 the
 # kernel's page cache serves repeats, as it does for an application.
 # Prints a table and writes $OUT/randread.json.
 # Env: FILES (48), MEAN_SIZE (40000000), MIN_SIZE (20000000), MAX_SIZE (80000000), BS (64k),
-# JOBS (16), DURATION (15, seconds), RUNS (2), DIRECT (1), RAM_SMALL (256MiB), RTT_MS (10),
+# JOBS (16), DURATION (15, seconds), RUNS (2), DIRECT (1), RAM_SMALL (256MiB), DISK_SMALL (512MiB), RTT_MS (10),
 # OUT (./.compare-rand), PEERS_DIR (../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-48} MEAN_SIZE=${MEAN_SIZE:-40000000} MIN_SIZE=${MIN_SIZE:-20000000} MAX_SIZE=${MAX_SIZE:-80000000}
 BS=${BS:-64k} JOBS=${JOBS:-16} DURATION=${DURATION:-15} RUNS=${RUNS:-2} DIRECT=${DIRECT:-1}
-RAM_SMALL=${RAM_SMALL:-256MiB} RTT_MS=${RTT_MS:-10} OUT=${OUT:-$ROOT/.compare-rand}
+RAM_SMALL=${RAM_SMALL:-256MiB} DISK_SMALL=${DISK_SMALL:-512MiB} RTT_MS=${RTT_MS:-10} OUT=${OUT:-$ROOT/.compare-rand}
 for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE JOBS DURATION RUNS RTT_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || { echo "$v=${!v}: want a whole number > 0" >&2; exit 2; }
 done
@@ -82,7 +83,8 @@ dataccel() {
   curl -s 127.0.0.1:9111/metrics | jq -R -s -c --arg name "$name" '
     [split("\n")[] | select(startswith("dataccel_")) | split(" ") | {key: .[0], value: (.[1]|tonumber)}] | from_entries |
     {mount: $name, get_bytes: .dataccel_store_get_bytes_total, part_gets: .dataccel_loader_part_gets_total,
-     disk_part_reads: .dataccel_cache_disk_part_hits_total, disk_whole_reads: .dataccel_cache_disk_hits_total}' >>"$OUT/counters.jsonl"
+     disk_part_reads: .dataccel_cache_disk_part_hits_total, disk_whole_reads: .dataccel_cache_disk_hits_total,
+     disk_refused: .dataccel_cache_disk_rejected_total}' >>"$OUT/counters.jsonl"
   kill "$DC_PID"; wait "$DC_PID" 2>/dev/null || true; DC_PID=
 }
 peer() { # KIND NAME
@@ -97,6 +99,7 @@ say "fio: $JOBS jobs of $BS random reads (O_DIRECT: $DIRECT) over $FILES files, 
 drop_caches; fio_runs "local disk (a copy)" "$LOCAL"
 dataccel "dataccel" --cache-dir "$OUT/cache" --ram-cache-size 1GiB
 dataccel "dataccel, RAM $RAM_SMALL + disk" --cache-dir "$OUT/cache" --ram-cache-size "$RAM_SMALL"
+dataccel "dataccel, RAM $RAM_SMALL + disk $DISK_SMALL" --cache-dir "$OUT/cache" --ram-cache-size "$RAM_SMALL" --cache-size "$DISK_SMALL"
 dataccel "dataccel, RAM $RAM_SMALL alone" --ram-cache-size "$RAM_SMALL"
 peer rclone-full "rclone (full cache)"
 peer s3fs "s3fs"
@@ -109,4 +112,4 @@ say "last run of each mount (all runs in $OUT/randread.json)"
 jq -r '.runs | group_by(.mount)[] | max_by(.run) | [.mount, .reads_per_s, .mib_per_s, .p50_ms, .p99_ms] | @tsv' \
   "$OUT/randread.json" | awk -F'\t' 'BEGIN { printf "%-34s %10s %10s %9s %9s\n", "mount", "reads/s", "MiB/s", "p50 ms", "p99 ms" }
   { printf "%-34s %10d %10.1f %9.2f %9.2f\n", $1, $2, $3, $4, $5 }'
-jq -r '.dataccel_counters[] | "  \(.mount): \(.get_bytes/1e9*100|floor/100) GB fetched, \(.part_gets) part GETs, \(.disk_part_reads) part reads and \(.disk_whole_reads) whole blocks from the disk cache"' "$OUT/randread.json"
+jq -r '.dataccel_counters[] | "  \(.mount): \(.get_bytes/1e9*100|floor/100) GB fetched, \(.part_gets) part GETs, \(.disk_part_reads) part reads and \(.disk_whole_reads) whole blocks from the disk cache, \(.disk_refused) blocks it refused"' "$OUT/randread.json"

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -168,6 +169,8 @@ type Disk struct {
 	direct atomic.Bool
 	dio    dioBufs   // memory for direct reads
 	heads  headCache // headers of records read in part (ReadPart)
+
+	lastReject atomic.Int64 // unix nanoseconds of the latest write the policy refused; 0: none
 }
 
 // recLoc is where a live record sits.
@@ -645,6 +648,20 @@ func (d *Disk) Backlogged() bool {
 	return 2*d.pendSize >= d.opts.QueueBytes
 }
 
+// Full reports whether the tier keeps no new block: it is disabled, or its
+// policy refused a write within fullFor (its resident blocks are all in
+// use). A dropped write (queue full) is not a refusal: it says the disk is
+// busy, not that there is no room. Like RAM.Full, it turns false again
+// once no block has been offered for fullFor, and the next one offered
+// tells whether there is room yet.
+func (d *Disk) Full() bool {
+	if d.disabled.Load() {
+		return true
+	}
+	t := d.lastReject.Load()
+	return t != 0 && time.Since(time.Unix(0, t)) < fullFor
+}
+
 // Flush waits until every Put made before it has been written or dropped.
 // It does not wait for a compaction.
 func (d *Disk) Flush() {
@@ -837,6 +854,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.removeSegments(drop)
 		if !ok {
 			d.stats.DiskRejected.Add(1)
+			d.lastReject.Store(time.Now().UnixNano())
 			continue
 		}
 		recs = append(recs, record{id: id, saved: saved, offset: total})

@@ -287,10 +287,46 @@ func TestRAMFull(t *testing.T) {
 		t.Fatal("not full after 23 MiB put into 4")
 	}
 	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
-	if NewTiered(r, disk).Full() {
-		t.Fatal("full with a disk tier behind RAM")
+	if disk.Full() || NewTiered(r, disk).Full() {
+		t.Fatal("full with a disk tier with room behind RAM")
 	}
 	if !NewTiered(nil, nil).Full() {
 		t.Fatal("no tier at all is not full")
+	}
+}
+
+// A disk tier is full once its policy refuses blocks: all it holds is in
+// use (here, just written). A cache with RAM in front is full when both are.
+func TestDiskFull(t *testing.T) {
+	stats := new(Stats)
+	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 << 20, MinFreeFraction: -1, Stats: stats})
+	put := func(obj string, n int) {
+		for i := range n {
+			disk.Put(testKey(obj, int64(i)), make([]byte, 1<<20))
+			disk.Flush() // one at a time: none dropped from the write queue
+		}
+	}
+	put("old", 7)
+	if disk.Full() || stats.DiskRejected.Load() != 0 {
+		t.Fatalf("full (%d refused) with 7 MiB of 8", stats.DiskRejected.Load())
+	}
+	put("new", 4)
+	if stats.DiskRejected.Load() == 0 || !disk.Full() || !NewTiered(nil, disk).Full() {
+		t.Fatalf("%d of 4 blocks refused, Full() = %v, want refusals and full", stats.DiskRejected.Load(), disk.Full())
+	}
+	r, err := NewRAM(4<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if NewTiered(r, disk).Full() {
+		t.Fatal("full with room in RAM")
+	}
+	for i := range 20 {
+		r.Put(testKey("ram", int64(i)), make([]byte, 1<<20))
+		r.Flush()
+	}
+	if !NewTiered(r, disk).Full() {
+		t.Fatal("RAM evicting and disk refusing: not full")
 	}
 }

@@ -149,15 +149,21 @@ func (t *Tiered) ReadPart(k Key, n int64, p []byte, off int64) bool {
 }
 
 // Full reports whether a block put now would push another out of the
-// cache: never with a disk tier, which keeps what RAM gives up (its policy
-// decides what stays); with RAM alone, when RAM is full (RAM.Full); with
-// neither, always.
+// cache, or be refused: when each tier present is full (RAM.Full, Disk.Full:
+// RAM gives up blocks, and the disk's policy refuses them); with no tier,
+// always.
 func (t *Tiered) Full() bool {
-	if t.disk != nil {
-		return false
+	return tierFull(t.ram) && tierFull(t.disk)
+}
+
+// tierFull reports whether x keeps no new block without giving up another:
+// an absent tier keeps none, a tier that cannot tell is taken to have room.
+func tierFull(x Tier) bool {
+	if x == nil {
+		return true
 	}
-	f, ok := t.ram.(interface{ Full() bool })
-	return t.ram == nil || ok && f.Full()
+	f, ok := x.(interface{ Full() bool })
+	return ok && f.Full()
 }
 
 // Put stores b in RAM, and queues it for disk when there is no RAM tier

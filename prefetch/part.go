@@ -17,13 +17,13 @@ import (
 //   - the disk tier holds the block and RAM does not: it reads the chunks
 //     it wants from disk (cache.Tiered.ReadPart), where reading the block would read
 //     and checksum all of it, and push another block out of RAM;
-//   - no tier holds it, the cache is full, and the block was fetched
-//     whole before for such a read while it was full (fetchPart): the
-//     cache lost it, so a reader at random offsets of a dataset larger
-//     than the cache would fetch each block again and again, a whole block
-//     for each read. Each block gets one chance to stay: fetched whole, it
-//     may be a hit for the next reads, and while the cache has room, whole
-//     blocks fill it.
+//   - no tier holds it, the cache is full (RAM gives up blocks and the disk
+//     tier, if any, refuses them), and the block was fetched whole before
+//     for such a read while it was full (fetchPart): the cache lost it, so
+//     a reader at random offsets of a dataset larger than the cache would
+//     fetch each block again and again, a whole block for each read. Each
+//     block gets one chance to stay: fetched whole, it may be a hit for the
+//     next reads, and while the cache has room, whole blocks fill it.
 
 // partReader is a cache tier that can read part of a block without reading
 // the whole of it (cache.Tiered, cache.Disk).
@@ -35,6 +35,14 @@ type partReader interface {
 // another (cache.Tiered).
 type fuller interface {
 	Full() bool
+}
+
+// toucher is a cache tier whose eviction policy counts accesses
+// (cache.Tiered, cache.Disk): a part fetch is one, as the lookup of a
+// block fetched whole is. Without them, blocks nobody reads any more
+// would never look unused, and the tier would never take new ones.
+type toucher interface {
+	Touch(cache.Key)
 }
 
 // readPart reads p at off within block i of obj without the rest of the
@@ -60,6 +68,9 @@ func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []by
 	}
 	if !l.cacheFull() || l.tierHas(k) || l.chances.first(k) {
 		return false, nil
+	}
+	if tc, ok := l.tier.(toucher); ok {
+		tc.Touch(k)
 	}
 	return true, l.fetchPart(ctx, obj, i, bOff+off, p)
 }

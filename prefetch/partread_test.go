@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
@@ -163,5 +164,79 @@ func TestRandomReaderFetchesParts(t *testing.T) {
 				t.Fatalf("read of a changed object: %v, want store.ErrChanged", err)
 			}
 		})
+	}
+}
+
+// A disk cache full of another dataset's blocks, all read lately, refuses
+// new ones: a reader at random offsets of a new file then fetches parts,
+// not a whole block per read. Those fetches count as accesses for the disk
+// policy, so the old blocks, no longer read, grow stale and make room once
+// a block is offered again.
+func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
+	const bs, blocks = 1 << 20, 24
+	st := newFakeStore()
+	old := st.add("old.bin", 16*bs)
+	obj := st.add("records.bin", blocks*bs)
+	src := st.data(obj.Key)
+	cstats := new(cache.Stats)
+	dopts := cache.DefaultDiskOptions(t.TempDir(), 17*bs)
+	dopts.MinFreeFraction, dopts.Stats = -1, cstats
+	disk, err := cache.NewDisk(dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	oldData := st.data(old.Key)
+	for b := range int64(16) {
+		disk.Put(key(old, b), oldData[b*bs:(b+1)*bs])
+		disk.Flush() // one at a time: none dropped from the write queue
+	}
+	held := cstats.Snapshot().DiskEntries
+	ram, err := cache.NewRAM(4*bs, cstats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	stats := &Stats{}
+	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, Stats: stats})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	readRandom := func(reads int) (read int64) {
+		r := l.Open(obj)
+		defer r.Close()
+		for range reads {
+			p := make([]byte, 1+rng.IntN(64<<10))
+			off := 1 + rng.Int64N(obj.Size-int64(len(p)))
+			if n, err := r.ReadAt(ctx, p, off); err != nil || n != len(p) || !bytes.Equal(p, src[off:off+int64(n)]) {
+				t.Fatalf("ReadAt(%d bytes at %d) = %d, %v, or wrong bytes", len(p), off, n, err)
+			}
+			read += int64(len(p))
+		}
+		return read
+	}
+
+	read := readRandom(400)
+	parts, got := stats.PartGets.Load(), stats.GetBytes.Load()
+	t.Logf("%d old blocks on disk; %d GETs, %d of them parts, %d bytes fetched for %d read; %d refused by the disk",
+		held, stats.Gets.Load(), parts, got, read, cstats.DiskRejected.Load())
+	// Each block whole once or twice (its chance, and a few reads in a row
+	// near each other), then parts; a whole block per read would be 400.
+	if parts < 200 || got > 2*blocks*bs+read {
+		t.Fatalf("%d part GETs and %d bytes fetched for %d read, want parts once the disk refuses blocks", parts, got, read)
+	}
+
+	// Once nothing has been refused for a while, blocks fetched whole are
+	// offered again, and take the place of the stale old ones.
+	time.Sleep(2100 * time.Millisecond)
+	readRandom(100)
+	disk.Flush()
+	kept := 0
+	for b := range int64(blocks) {
+		if disk.Contains(key(obj, b)) {
+			kept++
+		}
+	}
+	if ev := cstats.DiskEvictions.Load(); ev == 0 || kept == 0 {
+		t.Fatalf("%d old blocks evicted and %d new ones on disk, want the new file's blocks in place of the old", ev, kept)
 	}
 }
