@@ -170,7 +170,7 @@ type Disk struct {
 	dio    dioBufs   // memory for direct reads
 	heads  headCache // headers of records read in part (ReadPart)
 
-	lastReject atomic.Int64 // unix nanoseconds of the latest write the policy refused; 0: none
+	lastFull atomic.Int64 // unix nanoseconds of the latest write the policy refused or evicted for; 0: none
 }
 
 // recLoc is where a live record sits.
@@ -648,17 +648,18 @@ func (d *Disk) Backlogged() bool {
 	return 2*d.pendSize >= d.opts.QueueBytes
 }
 
-// Full reports whether the tier keeps no new block: it is disabled, or its
-// policy refused a write within fullFor (its resident blocks are all in
-// use). A dropped write (queue full) is not a refusal: it says the disk is
-// busy, not that there is no room. Like RAM.Full, it turns false again
-// once no block has been offered for fullFor, and the next one offered
-// tells whether there is room yet.
+// Full reports whether a block written now would push another out of the
+// tier or be refused, as RAM.Full does: the tier is disabled, or within
+// fullFor its policy refused a write (all it holds is in use) or evicted
+// blocks to take one. A dropped write (queue full) does not count: it says
+// the disk is busy, not that there is no room. Full turns false again once
+// no block has been offered for fullFor, and the next one offered tells
+// whether there is room yet.
 func (d *Disk) Full() bool {
 	if d.disabled.Load() {
 		return true
 	}
-	t := d.lastReject.Load()
+	t := d.lastFull.Load()
 	return t != 0 && time.Since(time.Unix(0, t)) < fullFor
 }
 
@@ -843,6 +844,9 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		}
 		limit -= d.dead
 		ok, victims := d.policy.Admit(id, span, limit)
+		if !ok || len(victims) > 0 {
+			d.lastFull.Store(time.Now().UnixNano())
+		}
 		drop := d.evictLocked(victims, nil)
 		if ok {
 			d.unwritten += span
@@ -854,7 +858,6 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.removeSegments(drop)
 		if !ok {
 			d.stats.DiskRejected.Add(1)
-			d.lastReject.Store(time.Now().UnixNano())
 			continue
 		}
 		recs = append(recs, record{id: id, saved: saved, offset: total})

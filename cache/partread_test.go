@@ -330,3 +330,26 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal("RAM evicting and disk refusing: not full")
 	}
 }
+
+// A disk tier that evicts blocks nobody reads any more to take new ones is
+// full too: a new block pushes another out.
+func TestDiskFullEvicting(t *testing.T) {
+	stats := new(Stats)
+	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 << 20, MinFreeFraction: -1, Stats: stats})
+	for i := range 7 {
+		disk.Put(testKey("old", int64(i)), make([]byte, 1<<20))
+		disk.Flush()
+	}
+	for i := range 200 { // accesses to other blocks: the old ones grow stale
+		disk.Touch(testKey("other", int64(i)))
+	}
+	if disk.Full() {
+		t.Fatal("full before a block was offered")
+	}
+	disk.Put(testKey("new", 0), make([]byte, 1<<20))
+	disk.Flush()
+	if stats.DiskEvictions.Load() == 0 || stats.DiskRejected.Load() != 0 || !disk.Full() {
+		t.Fatalf("%d evicted, %d refused, Full() = %v: want stale blocks evicted for the new one, and full",
+			stats.DiskEvictions.Load(), stats.DiskRejected.Load(), disk.Full())
+	}
+}

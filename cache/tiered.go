@@ -150,8 +150,8 @@ func (t *Tiered) ReadPart(k Key, n int64, p []byte, off int64) bool {
 
 // Full reports whether a block put now would push another out of the
 // cache, or be refused: when each tier present is full (RAM.Full, Disk.Full:
-// RAM gives up blocks, and the disk's policy refuses them); with no tier,
-// always.
+// RAM gives up blocks, and the disk's policy evicts blocks for them or
+// refuses them); with no tier, always.
 func (t *Tiered) Full() bool {
 	return tierFull(t.ram) && tierFull(t.disk)
 }

@@ -18,7 +18,8 @@ import (
 //     it wants from disk (cache.Tiered.ReadPart), where reading the block would read
 //     and checksum all of it, and push another block out of RAM;
 //   - no tier holds it, the cache is full (RAM gives up blocks and the disk
-//     tier, if any, refuses them), and the block was fetched whole before
+//     tier, if any, evicts others for them or refuses them), and the block
+//     was fetched whole before
 //     for such a read while it was full (fetchPart): the cache lost it, so
 //     a reader at random offsets of a dataset larger than the cache would
 //     fetch each block again and again, a whole block for each read. Each
@@ -83,6 +84,14 @@ func (l *Loader) cacheFull() bool {
 	}
 	f, ok := l.tier.(fuller)
 	return ok && f.Full()
+}
+
+// cacheChurns reports whether a cache tier exists and is full: a block
+// fetched for a reader that may never read it pushes out a block that
+// readers do. With no cache at all nothing is pushed out, and a block
+// fetched ahead is only held for its reader.
+func (l *Loader) cacheChurns() bool {
+	return l.tier != nil && l.cacheFull()
 }
 
 // fetchPart fetches p, the bytes at at of obj (within block i), from the

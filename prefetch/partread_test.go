@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -238,5 +239,62 @@ func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
 	}
 	if ev := cstats.DiskEvictions.Load(); ev == 0 || kept == 0 {
 		t.Fatalf("%d old blocks evicted and %d new ones on disk, want the new file's blocks in place of the old", ev, kept)
+	}
+}
+
+// With the cache full, a reader that opens a file, reads its header at
+// offset 0 and jumps away (HDF5, LMDB) takes no read-ahead from offset 0: a
+// first read at 0 is a stream only once the next read follows it.
+func TestFirstReadAtZeroWithFullCache(t *testing.T) {
+	const bs, blocks = 1 << 20, 16
+	far := int64(5*bs + 12345)
+	for _, tc := range []struct {
+		name string
+		full bool
+		offs []int64
+		want []access
+	}{
+		{"room, header then a jump", false, []int64{0, far}, []access{streams, jumped}},
+		{"full, header then a jump", true, []int64{0, far}, []access{nearby, jumped}},
+		{"room, sequential", false, []int64{0, 128 << 10, 256 << 10}, []access{streams, streams, streams}},
+		{"full, sequential", true, []int64{0, 128 << 10, 256 << 10}, []access{nearby, streams, streams}},
+		{"full, back at 0 after a jump", true, []int64{far, 0, 128 << 10}, []access{jumped, jumped, nearby}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("records.bin", blocks*bs)
+			l := newTestLoader(t, st, fullTier{newMapTier(), tc.full}, Options{BlockSize: bs})
+			r := l.Open(obj).(*reader)
+			for i, off := range tc.offs {
+				end := off + 4096
+				if got := r.readAhead(off, end, l.blockOf(obj, end-1)); got != tc.want[i] {
+					t.Fatalf("read %d at %d: access %d, want %d", i, off, got, tc.want[i])
+				}
+			}
+		})
+	}
+
+	// Headers of fresh files, the cache full: block 0 of each, whole (its
+	// chance to stay), and nothing ahead of it.
+	st := newFakeStore()
+	m := newMapTier()
+	m.drop = true
+	stats := &Stats{}
+	l := newTestLoader(t, st, fullTier{m, true}, Options{BlockSize: bs, Stats: stats})
+	ctx := context.Background()
+	const files = 10
+	for i := range files {
+		obj := st.add(fmt.Sprintf("f%d.h5", i), blocks*bs)
+		r := l.Open(obj)
+		if n, err := r.ReadAt(ctx, make([]byte, 4096), 0); err != nil || n != 4096 {
+			t.Fatalf("header of %s: %d, %v", obj.Key, n, err)
+		}
+		r.Close()
+	}
+	for i := 0; i < 100 && stats.Inflight.Load() > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := stats.Gets.Load(); g != files {
+		t.Fatalf("%d GETs for the headers of %d files, want one each", g, files)
 	}
 }

@@ -130,14 +130,15 @@ func (r *reader) usable(ctx context.Context, off int64, n int) error {
 // (and servers that send a whole object straight from the file copy
 // ranges). A sequential reader reads the blocks in the order they arrive.
 // An idle loader keeps fetching block by block, in parallel, which is what
-// gives a lone reader its bandwidth.
+// gives a lone reader its bandwidth. So does a cache that churns: a first
+// read at offset 0 is then no stream yet (see readAhead).
 func (r *reader) stream(off int64) {
 	r.mu.Lock()
 	first := !r.begun
 	r.begun = true
 	r.mu.Unlock()
 	l := r.l
-	if !first || off != 0 || l.opts.StreamAt < 0 || l.stats.Inflight.Load() < int64(l.opts.StreamAt) {
+	if !first || off != 0 || l.opts.StreamAt < 0 || l.stats.Inflight.Load() < int64(l.opts.StreamAt) || l.cacheChurns() {
 		return
 	}
 	// Up to a full read-ahead window: what a sequential reader would have
@@ -228,8 +229,16 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 	near := off >= r.next-slack && off <= r.next+slack
 	// A read from the start, before the reader went further, begins a
 	// stream; a reader that comes back to offset 0 (a format's header or
-	// meta page) jumped there.
+	// meta page) jumped there. With a cache that churns, it begins one
+	// only if the next read follows it: a reader that opens a file, reads
+	// its header and jumps away (HDF5, LMDB) would otherwise fetch blocks
+	// ahead, or the whole file, that push out blocks readers read, on
+	// every open.
 	start := off == 0 && r.next <= slack
+	if start && l.cacheChurns() {
+		start = false
+		r.run = streamRun - 2 // near (as off 0 is) takes it to streamRun-1
+	}
 	switch {
 	case start:
 		r.run = streamRun
