@@ -75,10 +75,14 @@ func (p *Policy) Access(id uint64) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if !e.restored {
-		gap := float64(p.clock - e.last)
+	// Only gaps longer than the resident count teach the reuse distance:
+	// a block looked up again right away (several lookups for one read, a
+	// block read back just after it was written) is still in the same
+	// use, and such gaps would make the blocks that wait a whole epoch for
+	// their next read look stale.
+	if gap := p.clock - e.last; !e.restored && gap > uint64(len(p.entries)) {
 		p.gapSamples++
-		p.meanGap += (gap - p.meanGap) / float64(min(p.gapSamples, gapWindow))
+		p.meanGap += (float64(gap) - p.meanGap) / float64(min(p.gapSamples, gapWindow))
 	}
 	e.last, e.restored = p.clock, false
 	p.moveToFront(e)

@@ -96,6 +96,61 @@ func TestPolicyShuffledEpochs(t *testing.T) {
 	}
 }
 
+// The disk tier sees more than one access per block read: a miss is looked
+// up by the reader, its read-ahead and the sweep, and a block RAM gave up
+// may be read back just after it was written. Those short gaps must not
+// teach the policy that a block untouched for most of an epoch is stale,
+// or it keeps no stable set and hits on almost nothing.
+func TestPolicyShuffledEpochsRepeatedLookups(t *testing.T) {
+	const n, c = 222, 64 // a dataset of 222 blocks, a cache of 64
+	for _, tc := range []struct {
+		name            string
+		lookups, backAt int // lookups per read; a read-back that many reads later (0: none)
+	}{
+		{"one lookup", 1, 0},
+		{"four lookups", 4, 0},
+		{"read back", 1, 3},
+		{"four lookups, read back", 4, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPolicy()
+			rng := rand.New(rand.NewPCG(1, 7))
+			order := make([]uint64, n)
+			for i := range order {
+				order[i] = uint64(i+1) * 0x9E3779B97F4A7C15
+			}
+			var ratios []float64
+			for range 5 {
+				rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+				hits := 0
+				for i, id := range order {
+					hit := false
+					for range tc.lookups {
+						_, ok := p.Access(id)
+						hit = hit || ok
+					}
+					if hit {
+						hits++
+					} else {
+						p.Admit(id, 1, c)
+					}
+					if tc.backAt > 0 && i >= tc.backAt {
+						p.Access(order[i-tc.backAt])
+					}
+				}
+				ratios = append(ratios, float64(hits)/n)
+			}
+			ideal := float64(c) / n
+			t.Logf("hit ratios %.3f, ideal %.3f", ratios, ideal)
+			for e, r := range ratios[2:] {
+				if r < 0.9*ideal {
+					t.Errorf("epoch %d: hit ratio %.3f < 0.9 x %.3f", e+3, r, ideal)
+				}
+			}
+		})
+	}
+}
+
 // A dataset that is replaced must rotate into the cache: the old blocks stop
 // being hit, go stale, and the new ones take their place.
 func TestPolicyDatasetChangeRotatesIn(t *testing.T) {

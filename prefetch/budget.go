@@ -42,6 +42,14 @@ func (b *budget) set(used int64) {
 // charged as the whole budget, so it runs alone.
 func (b *budget) clamp(n int64) int64 { return min(n, b.limit) }
 
+// room reports whether tryAcquire(n) would take n bytes now.
+func (b *budget) room(n int64) bool {
+	n = b.clamp(n)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fgWait == 0 && b.used+n <= b.limit
+}
+
 // tryAcquire takes n bytes if they are free and no foreground read waits.
 func (b *budget) tryAcquire(n int64) bool {
 	n = b.clamp(n)

@@ -353,8 +353,8 @@ type peeker interface {
 // announced warm epoch probes every file it reads. So is a block on disk
 // that this mount handed to the kernel lately (handedSet): one RAM gave up
 // to disk, in a dataset larger than the RAM tier. Any other prefetch
-// (read-ahead within a file) takes the block into RAM, off the reader's
-// path.
+// (read-ahead within a file) finds the block in the tier's index, and
+// leaves it there for the reader.
 func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landing) bool {
 	if p, ok := l.tier.(peeker); ok && land&landKernel != 0 {
 		if l.handed.has(k) && l.tierHas(k) {
@@ -367,6 +367,14 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 		if !inRAM {
 			l.pushFromTier(obj, k, data, land)
 		}
+		return true
+	}
+	if l.tierHas(k) {
+		// From the index, no read: the reader reads the block when it
+		// gets there, and holds it ready while the budget has room. Read
+		// here, it would be promoted to RAM, and with RAM full, pushed out
+		// again by the blocks other readers read ahead before its reader
+		// came: read from disk twice or more.
 		return true
 	}
 	// Not tierGet: a prefetch probe is not a cache hit.

@@ -48,11 +48,12 @@ type toucher interface {
 
 // readPart reads p at off within block i of obj without the rest of the
 // block, for a read outside a stream (see above): from the disk tier when
-// only it holds the block (RAM does not: the tier checks), or from the
-// store when no tier holds it, the cache is full and the block had its
-// chance. It reports false when the block must be read whole (startRead):
-// the read wants all of it, or someone fetches it or holds it ready.
-func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64) (bool, error) {
+// only it holds the block (RAM does not: the tier checks), or, when fetch
+// is set, from the store when no tier holds it, the cache is full and the
+// block had its chance. It reports false when the block must be read whole
+// (startRead): the read wants all of it, or someone fetches it or holds it
+// ready.
+func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64, fetch bool) (bool, error) {
 	k := key(obj, i)
 	bOff, n := l.blockRange(obj, i)
 	if int64(len(p)) == n {
@@ -67,7 +68,7 @@ func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []by
 	if pr, ok := l.tier.(partReader); ok && pr.ReadPart(k, n, p, off) {
 		return true, nil
 	}
-	if !l.cacheFull() || l.tierHas(k) || l.chances.first(k) {
+	if !fetch || !l.cacheFull() || l.tierHas(k) || l.chances.first(k) {
 		return false, nil
 	}
 	if tc, ok := l.tier.(toucher); ok {

@@ -298,3 +298,57 @@ func TestFirstReadAtZeroWithFullCache(t *testing.T) {
 		t.Fatalf("%d GETs for the headers of %d files, want one each", g, files)
 	}
 }
+
+// A reader streaming a file that only the disk tier holds reads each block
+// from disk once: read-ahead leaves disk blocks in place for the reader
+// (read ahead into a small RAM tier, they would be pushed out again before
+// the reader came), and with no budget to hold a block, the reader reads
+// its pieces in part rather than the whole block for each piece.
+func TestStreamFromDiskReadsEachBlockOnce(t *testing.T) {
+	const bs, blocks = 1 << 20, 16
+	for _, tc := range []struct {
+		name string
+		busy bool // other readers hold the whole budget
+	}{
+		{"budget with room", false},
+		{"budget held by others", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("shard.tar", blocks*bs)
+			src := st.data(obj.Key)
+			cstats := new(cache.Stats)
+			dopts := cache.DefaultDiskOptions(t.TempDir(), 64<<20)
+			dopts.Stats = cstats
+			disk, err := cache.NewDisk(dopts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { disk.Close() })
+			for b := range int64(blocks) {
+				disk.Put(key(obj, b), src[b*bs:(b+1)*bs])
+				disk.Flush()
+			}
+			ram, err := cache.NewRAM(2*bs, cstats) // room for two blocks
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ram.Close)
+			stats := &Stats{}
+			l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, MemoryBudget: 8 * (bs + blockOverhead), Stats: stats})
+			if tc.busy && !l.mem.tryAcquire(l.mem.limit) {
+				t.Fatal("budget not free at the start")
+			}
+			got, err := readAll(context.Background(), l, obj, 128<<10)
+			if err != nil || !bytes.Equal(got, src) {
+				t.Fatalf("sequential read: %d bytes, %v", len(got), err)
+			}
+			s := cstats.Snapshot()
+			t.Logf("%d whole blocks and %d parts from disk, %d bytes read; %d GETs", s.DiskHits, s.DiskPartHits, s.DiskReadBytes, stats.Gets.Load())
+			if s.DiskReadBytes > (blocks+1)*bs || stats.Gets.Load() != 0 {
+				t.Fatalf("%d bytes read from disk and %d GETs for a file of %d bytes on disk, want each block once and no GET",
+					s.DiskReadBytes, stats.Gets.Load(), obj.Size)
+			}
+		})
+	}
+}

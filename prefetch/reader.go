@@ -159,8 +159,11 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	l := r.l
 	bOff, bn := l.blockRange(r.obj, b)
 	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
-	if acc != streams {
-		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo)
+	// A stream reads whole blocks, and holds a block from the disk tier
+	// ready for its next pieces; with no budget to hold it, each piece
+	// would read the whole block from disk again, so it reads its part.
+	if acc != streams || !l.mem.room(bn+blockOverhead) {
+		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, acc != streams)
 		if err != nil {
 			return nil, err
 		}
