@@ -16,7 +16,8 @@ import "math"
 //     rejected and the resident set is left alone.
 //
 // The threshold adapts to the workload: it is 3x the mean reuse distance seen
-// on hits (measured in accesses), and never below 2x the resident count. With
+// on hits (measured in accesses; a hit right after the block's last access is
+// no sample, see sameUse), and never below 2x the resident count. With
 // shuffled epochs a resident block's reuse distance is at most two epochs and
 // averages one, so no resident block ever becomes stale and each epoch hits
 // on the same cache/dataset fraction. When the dataset changes, old blocks
@@ -75,12 +76,13 @@ func (p *Policy) Access(id uint64) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	// Only gaps longer than the resident count teach the reuse distance:
-	// a block looked up again right away (several lookups for one read, a
-	// block read back just after it was written) is still in the same
-	// use, and such gaps would make the blocks that wait a whole epoch for
-	// their next read look stale.
-	if gap := p.clock - e.last; !e.restored && gap > uint64(len(p.entries)) {
+	// A block looked up again right away (several lookups for one read by
+	// concurrent readers, a block read back just after it was written) is
+	// still in the same use: such gaps would make the blocks that wait a
+	// whole epoch for their next read look stale. Only gaps longer than
+	// sameUse, or than the resident count in a cache smaller than that,
+	// teach the reuse distance.
+	if gap := p.clock - e.last; !e.restored && gap > min(uint64(len(p.entries)), sameUse) {
 		p.gapSamples++
 		p.meanGap += (float64(gap) - p.meanGap) / float64(min(p.gapSamples, gapWindow))
 	}
@@ -88,6 +90,10 @@ func (p *Policy) Access(id uint64) (int64, bool) {
 	p.moveToFront(e)
 	return e.Size, true
 }
+
+// sameUse: accesses within which a block looked up again is still in the
+// same use (a few lookups by each of many concurrent readers).
+const sameUse = 1024
 
 // minGapSamples: the mean reuse distance is trusted only after this many
 // hits; the first few can be tiny (a block read at the end of one epoch and

@@ -151,6 +151,27 @@ func TestPolicyShuffledEpochsRepeatedLookups(t *testing.T) {
 	}
 }
 
+// A block read again after more than sameUse accesses teaches the reuse
+// distance even when that is shorter than the resident count: a large cache
+// with a hot set learns it.
+func TestPolicyLearnsReuseInLargeCache(t *testing.T) {
+	const n, hot = 4000, 1500
+	p := NewPolicy()
+	for id := range uint64(n) {
+		p.Access(id)
+		p.Admit(id, 1, n)
+	}
+	for range 3 {
+		for id := range uint64(hot) {
+			p.Access(id)
+		}
+	}
+	mean, samples := p.ReuseDistance()
+	if samples < hot || mean < hot/2 || mean > 2*n {
+		t.Fatalf("reuse distance %.0f from %d samples, want about %d from %d or more", mean, samples, hot, hot)
+	}
+}
+
 // A dataset that is replaced must rotate into the cache: the old blocks stop
 // being hit, go stale, and the new ones take their place.
 func TestPolicyDatasetChangeRotatesIn(t *testing.T) {

@@ -374,7 +374,8 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 		// gets there, and holds it ready while the budget has room. Read
 		// here, it would be promoted to RAM, and with RAM full, pushed out
 		// again by the blocks other readers read ahead before its reader
-		// came: read from disk twice or more.
+		// came: read from disk twice or more. (A block stored under
+		// another block size answers yes too; its reader fetches it.)
 		return true
 	}
 	// Not tierGet: a prefetch probe is not a cache hit.

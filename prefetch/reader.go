@@ -162,8 +162,10 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	// A stream reads whole blocks, and holds a block from the disk tier
 	// ready for its next pieces; with no budget to hold it, each piece
 	// would read the whole block from disk again, so it reads its part.
-	if acc != streams || !l.mem.room(bn+blockOverhead) {
-		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, acc != streams)
+	// So may a reader's first read (begins): from disk, never as a part
+	// fetch, since a stream would fetch the block whole right after.
+	if acc == jumped || acc == nearby || !l.mem.room(bn+blockOverhead) {
+		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, acc == jumped || acc == nearby)
 		if err != nil {
 			return nil, err
 		}
@@ -204,6 +206,7 @@ type access uint8
 const (
 	jumped  access = iota // far from where the read before ended
 	nearby                // next to it, but fewer than streamRun reads in a row are
+	begins                // a first read from offset 0 of a file of several blocks while the cache churns: a stream if the next read follows
 	streams               // streamRun reads in a row next to each other, or a first read from offset 0
 )
 
@@ -238,7 +241,8 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 	// ahead, or the whole file, that push out blocks readers read, on
 	// every open.
 	start := off == 0 && r.next <= slack
-	if start && l.cacheChurns() {
+	begin := start && nb > 1 && l.cacheChurns()
+	if begin {
 		start = false
 		r.run = streamRun - 2 // near (as off 0 is) takes it to streamRun-1
 	}
@@ -253,6 +257,8 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 	switch {
 	case start || near && r.run >= streamRun:
 		acc = streams
+	case begin:
+		acc = begins
 	case near:
 		acc = nearby
 	default:
