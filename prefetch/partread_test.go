@@ -21,25 +21,8 @@ func TestRandomReaderReadsPartsFromDisk(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("records.bin", 32*bs+12345)
 	src := st.data(obj.Key)
-	cstats := new(cache.Stats)
-	dopts := cache.DefaultDiskOptions(t.TempDir(), 64<<20)
-	dopts.Stats = cstats
-	disk, err := cache.NewDisk(dopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { disk.Close() })
-	ram, err := cache.NewRAM(64<<20, cstats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ram.Close)
-	for b := int64(0); b <= 32; b++ {
-		off := b * bs
-		disk.Put(key(obj, b), src[off:min(off+bs, obj.Size)])
-		disk.Flush() // one at a time: none dropped from the write queue
-	}
-	disk.Flush()
+	disk, ram, cstats := newDiskTiers(t, 64<<20, 64<<20)
+	putBlocks(disk, obj, src, bs, 33)
 	stats := &Stats{}
 	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, Stats: stats})
 	ctx := context.Background()
@@ -179,25 +162,9 @@ func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
 	old := st.add("old.bin", 16*bs)
 	obj := st.add("records.bin", blocks*bs)
 	src := st.data(obj.Key)
-	cstats := new(cache.Stats)
-	dopts := cache.DefaultDiskOptions(t.TempDir(), 17*bs)
-	dopts.MinFreeFraction, dopts.Stats = -1, cstats
-	disk, err := cache.NewDisk(dopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { disk.Close() })
-	oldData := st.data(old.Key)
-	for b := range int64(16) {
-		disk.Put(key(old, b), oldData[b*bs:(b+1)*bs])
-		disk.Flush() // one at a time: none dropped from the write queue
-	}
+	disk, ram, cstats := newDiskTiers(t, 17*bs, 4*bs)
+	putBlocks(disk, old, st.data(old.Key), bs, 16)
 	held := cstats.Snapshot().DiskEntries
-	ram, err := cache.NewRAM(4*bs, cstats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ram.Close)
 	stats := &Stats{}
 	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, Stats: stats})
 	ctx := context.Background()
@@ -338,23 +305,8 @@ func TestStreamFromDiskReadsEachBlockOnce(t *testing.T) {
 			st := newFakeStore()
 			obj := st.add("shard.tar", blocks*bs)
 			src := st.data(obj.Key)
-			cstats := new(cache.Stats)
-			dopts := cache.DefaultDiskOptions(t.TempDir(), 64<<20)
-			dopts.Stats = cstats
-			disk, err := cache.NewDisk(dopts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { disk.Close() })
-			for b := range int64(blocks) {
-				disk.Put(key(obj, b), src[b*bs:(b+1)*bs])
-				disk.Flush()
-			}
-			ram, err := cache.NewRAM(2*bs, cstats) // room for two blocks
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(ram.Close)
+			disk, ram, cstats := newDiskTiers(t, 64<<20, 2*bs) // RAM: room for two blocks
+			putBlocks(disk, obj, src, bs, blocks)
 			stats := &Stats{}
 			l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, MemoryBudget: 8 * (bs + blockOverhead), Stats: stats})
 			if tc.busy && !l.mem.tryAcquire(l.mem.limit) {
@@ -371,5 +323,34 @@ func TestStreamFromDiskReadsEachBlockOnce(t *testing.T) {
 					s.DiskReadBytes, stats.Gets.Load(), obj.Size)
 			}
 		})
+	}
+}
+
+// newDiskTiers returns a disk tier of diskBytes (no free-space floor) and a
+// RAM tier of ramBytes sharing one Stats, closed at the end of the test.
+func newDiskTiers(t *testing.T, diskBytes, ramBytes int64) (*cache.Disk, *cache.RAM, *cache.Stats) {
+	t.Helper()
+	cstats := new(cache.Stats)
+	dopts := cache.DefaultDiskOptions(t.TempDir(), diskBytes)
+	dopts.MinFreeFraction, dopts.Stats = -1, cstats
+	disk, err := cache.NewDisk(dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	ram, err := cache.NewRAM(ramBytes, cstats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	return disk, ram, cstats
+}
+
+// putBlocks writes blocks [0, n) of obj (bs bytes each, from src) to disk,
+// one at a time: none dropped from the write queue.
+func putBlocks(disk *cache.Disk, obj store.Object, src []byte, bs, n int64) {
+	for b := range n {
+		disk.Put(key(obj, b), src[b*bs:min((b+1)*bs, int64(len(src)))])
+		disk.Flush()
 	}
 }
