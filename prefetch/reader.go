@@ -163,8 +163,11 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	// ready for its next pieces; with no budget to hold it, each piece
 	// would read the whole block from disk again, so it reads its part.
 	// So may a reader's first read (begins): from disk, never as a part
-	// fetch, since a stream would fetch the block whole right after.
-	if acc == jumped || acc == nearby || !l.mem.room(bn+blockOverhead) {
+	// fetch, since a stream would fetch the block whole right after. And
+	// so does a stream's read in the middle of a block it read whole and
+	// then lost (given up for other readers' blocks): read whole again, it
+	// would most likely be given up again before the reader finishes it.
+	if acc == jumped || acc == nearby || acc == streams && lo > 0 || !l.mem.room(bn+blockOverhead) {
 		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, acc == jumped || acc == nearby)
 		if err != nil {
 			return nil, err
