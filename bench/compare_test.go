@@ -168,6 +168,7 @@ func TestCompareScriptRejectsBadMix(t *testing.T) {
 		{"random: no runs", "randread.sh", []string{"RUNS=0"}, "RUNS=0: want a whole number > 0"},
 		{"random: read size", "randread.sh", []string{"BS=64kb"}, "BS=64kb: want a size such as 4k or 64k"},
 		{"random: direct", "randread.sh", []string{"DIRECT=yes"}, "DIRECT=yes: want 0 or 1"},
+		{"random: small disk cache", "randread.sh", []string{"DISK_SMALL=lots"}, "DISK_SMALL=lots: want a size such as 256MiB, 2GiB or 10%"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")

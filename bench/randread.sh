@@ -26,6 +26,9 @@ for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE JOBS DURATION RUNS RTT_MS; do
 done
 [[ $DIRECT == 0 || $DIRECT == 1 ]] || { echo "DIRECT=$DIRECT: want 0 or 1" >&2; exit 2; }
 [[ $BS =~ ^[0-9]+[kKmM]?$ ]] || { echo "BS=$BS: want a size such as 4k or 64k" >&2; exit 2; }
+for v in RAM_SMALL DISK_SMALL; do
+  [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT][iI]?[bB]?|%)?$ ]] || { echo "$v=${!v}: want a size such as 256MiB, 2GiB or 10%" >&2; exit 2; }
+done
 ((MIN_SIZE <= MEAN_SIZE && MEAN_SIZE <= MAX_SIZE)) ||
   { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE)" >&2; exit 2; }
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }

@@ -659,8 +659,7 @@ func (d *Disk) Full() bool {
 	if d.disabled.Load() {
 		return true
 	}
-	t := d.lastFull.Load()
-	return t != 0 && time.Since(time.Unix(0, t)) < fullFor
+	return lately(d.lastFull.Load(), fullFor)
 }
 
 // Flush waits until every Put made before it has been written or dropped.

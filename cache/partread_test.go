@@ -300,17 +300,11 @@ func TestRAMFull(t *testing.T) {
 func TestDiskFull(t *testing.T) {
 	stats := new(Stats)
 	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 << 20, MinFreeFraction: -1, Stats: stats})
-	put := func(obj string, n int) {
-		for i := range n {
-			disk.Put(testKey(obj, int64(i)), make([]byte, 1<<20))
-			disk.Flush() // one at a time: none dropped from the write queue
-		}
-	}
-	put("old", 7)
+	putMiBs(disk, "old", 7)
 	if disk.Full() || stats.DiskRejected.Load() != 0 {
 		t.Fatalf("full (%d refused) with 7 MiB of 8", stats.DiskRejected.Load())
 	}
-	put("new", 4)
+	putMiBs(disk, "new", 4)
 	if stats.DiskRejected.Load() == 0 || !disk.Full() || !NewTiered(nil, disk).Full() {
 		t.Fatalf("%d of 4 blocks refused, Full() = %v, want refusals and full", stats.DiskRejected.Load(), disk.Full())
 	}
@@ -336,10 +330,7 @@ func TestDiskFull(t *testing.T) {
 func TestDiskFullEvicting(t *testing.T) {
 	stats := new(Stats)
 	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 << 20, MinFreeFraction: -1, Stats: stats})
-	for i := range 7 {
-		disk.Put(testKey("old", int64(i)), make([]byte, 1<<20))
-		disk.Flush()
-	}
+	putMiBs(disk, "old", 7)
 	for i := range 200 { // accesses to other blocks: the old ones grow stale
 		disk.Touch(testKey("other", int64(i)))
 	}
@@ -351,5 +342,14 @@ func TestDiskFullEvicting(t *testing.T) {
 	if stats.DiskEvictions.Load() == 0 || stats.DiskRejected.Load() != 0 || !disk.Full() {
 		t.Fatalf("%d evicted, %d refused, Full() = %v: want stale blocks evicted for the new one, and full",
 			stats.DiskEvictions.Load(), stats.DiskRejected.Load(), disk.Full())
+	}
+}
+
+// putMiBs writes blocks 0 to n-1 of obj, 1 MiB each, one at a time: none
+// dropped from the write queue.
+func putMiBs(disk *Disk, obj string, n int) {
+	for i := range n {
+		disk.Put(testKey(obj, int64(i)), make([]byte, 1<<20))
+		disk.Flush()
 	}
 }

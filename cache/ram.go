@@ -171,13 +171,18 @@ func (r *RAM) Close() { r.c.Close() }
 // fullFor: a tier that evicted or refused a block this recently is full.
 const fullFor = 2 * time.Second
 
+// lately reports whether unix-nanosecond time t (0: never) lies within d
+// of now.
+func lately(t int64, d time.Duration) bool {
+	return t != 0 && time.Since(time.Unix(0, t)) < d
+}
+
 // Full reports whether the tier is at its bound: it evicted or refused a
 // block lately. A tier that stops taking new blocks (their readers fetch
 // parts instead) thus takes one again every fullFor, and finds out whether
 // it still has to give one up.
 func (r *RAM) Full() bool {
-	t := r.lastOut.Load()
-	return t != 0 && time.Since(time.Unix(0, t)) < fullFor
+	return lately(r.lastOut.Load(), fullFor)
 }
 
 // Contains reports whether k is cached, without counting a hit or a miss.

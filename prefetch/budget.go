@@ -44,18 +44,21 @@ func (b *budget) clamp(n int64) int64 { return min(n, b.limit) }
 
 // room reports whether tryAcquire(n) would take n bytes now.
 func (b *budget) room(n int64) bool {
-	n = b.clamp(n)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.fgWait == 0 && b.used+n <= b.limit
+	return b.fitsLocked(b.clamp(n))
 }
+
+// fitsLocked: n bytes are free and no foreground read waits. Called with
+// b.mu held.
+func (b *budget) fitsLocked(n int64) bool { return b.fgWait == 0 && b.used+n <= b.limit }
 
 // tryAcquire takes n bytes if they are free and no foreground read waits.
 func (b *budget) tryAcquire(n int64) bool {
 	n = b.clamp(n)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fgWait > 0 || b.used+n > b.limit {
+	if !b.fitsLocked(n) {
 		return false
 	}
 	b.take(n)

@@ -369,14 +369,14 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 		}
 		return true
 	}
-	if l.tierHas(k) {
+	if c, ok := l.tier.(interface{ Contains(cache.Key) bool }); ok {
 		// From the index, no read: the reader reads the block when it
 		// gets there, and holds it ready while the budget has room. Read
 		// here, it would be promoted to RAM, and with RAM full, pushed out
 		// again by the blocks other readers read ahead before its reader
 		// came: read from disk twice or more. (A block stored under
 		// another block size answers yes too; its reader fetches it.)
-		return true
+		return c.Contains(k)
 	}
 	// Not tierGet: a prefetch probe is not a cache hit.
 	data, ok := l.tier.Get(k)

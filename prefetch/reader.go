@@ -167,8 +167,9 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	// so does a stream's read in the middle of a block it read whole and
 	// then lost (given up for other readers' blocks): read whole again, it
 	// would most likely be given up again before the reader finishes it.
-	if acc == jumped || acc == nearby || acc == streams && lo > 0 || !l.mem.room(bn+blockOverhead) {
-		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, acc == jumped || acc == nearby)
+	random := acc == jumped || acc == nearby
+	if random || acc == streams && lo > 0 || !l.mem.room(bn+blockOverhead) {
+		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, random)
 		if err != nil {
 			return nil, err
 		}
@@ -245,13 +246,12 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 	// every open.
 	start := off == 0 && r.next <= slack
 	begin := start && nb > 1 && l.cacheChurns()
-	if begin {
-		start = false
-		r.run = streamRun - 2 // near (as off 0 is) takes it to streamRun-1
-	}
+	start = start && !begin
 	switch {
 	case start:
 		r.run = streamRun
+	case begin:
+		r.run = streamRun - 1 // the next read, if it follows, makes a stream
 	case near:
 		r.run = min(r.run+1, streamRun)
 	default:
