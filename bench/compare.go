@@ -43,7 +43,10 @@ type CompareSummary struct {
 	PeakRSSMiB    float64                         `json:"dataccel_peak_rss_mib"`
 	RAMCacheMiB   float64                         `json:"ram_cache_mib"`
 	FreshMemory   map[string]float64              `json:"host_fresh_memory_s_per_gib"` // start, before_b, end
-	Targets       []Target                        `json:"targets"`
+	// DAMONPageout: the host pages out page cache it finds idle (DAMON),
+	// which leaves holes for the warm re-reads to refill.
+	DAMONPageout bool     `json:"host_damon_pageout"`
+	Targets      []Target `json:"targets"`
 }
 
 // Target is one measure of a comparison and, when it has one, its bound:
@@ -206,6 +209,9 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	if f := s.FreshMemory; len(f) > 0 {
 		fmt.Fprintf(&b, "host, fresh memory     %s s per GiB at the start, %s before B, %s at the end (mounts pay it for their page cache and RAM cache; direct GETs do not)\n",
 			sec2(f["start"]), sec2(f["before_b"]), sec2(f["end"]))
+	}
+	if s.DAMONPageout {
+		b.WriteString("host, page cache       DAMON pages out page cache it finds idle: the warm re-reads refill its holes (a mount through a request each, the local disk from the disk)\n")
 	}
 	if m := s.PrefetchModes; len(m) > 0 {
 		fmt.Fprintf(&b, "4 readers, cold        prefetch off %s (%s)  dir order %s (%s)  announced %s (%s)\n",
@@ -446,7 +452,9 @@ var compareTmpl = template.Must(template.New("compare").Parse(`<!DOCTYPE html>
 {{.S.Dataset.RTTMs}} ms round trip, {{.S.Dataset.Readers}} readers, batch {{.S.Dataset.Batch}};
 each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Command: <code>{{.S.Command}}</code>.{{end}} A fresh-memory touch of 1 GiB took
 {{index .S.FreshMemory "start"}} s at the start, {{index .S.FreshMemory "before_b"}} s before phase B and
-{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.</p>
+{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.{{if .S.DAMONPageout}}
+DAMON on this host pages out page cache it finds idle: the warm re-reads refill its holes, a mount through a request
+each, the local disk from the disk.{{end}}</p>
 <h2>Targets: {{.Met}} of {{.Bounded}} met</h2>
 <table><tr><th>measure</th><th>measured</th><th>target</th><th>met</th></tr>
 {{range .S.Targets}}<tr><td>{{.Name}}</td><td>{{.ValueText}}</td><td>{{.Bound}}</td>{{if .Bounded}}{{if .Met}}<td class="met">met</td>{{else}}<td class="missed">missed</td>{{end}}{{else}}<td></td>{{end}}</tr>

@@ -22,7 +22,8 @@
 # times more for a minute), which hits whatever touches fresh memory (a mount's page cache and RAM
 # cache) and not direct GETs.
 # So the run also times, at its start, before B and at its end, a first touch of 1 GiB of fresh
-# memory (dd), and prints it beside the results: a slow spell shows there.
+# memory (dd), and prints it beside the results: a slow spell shows there. It says too whether the
+# host pages out idle page cache (DAMON), which leaves holes for the warm re-reads to refill.
 # B also re-reads with --python-open: files opened as Python's open() opens them (before 3.14).
 # Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, every run
 # under runs_s, the targets) and $OUT/summary.html, and prints the table and each target met or missed
@@ -116,6 +117,14 @@ fresh_mem() {
   FRESH_MEM+=("$(awk "BEGIN { printf \"%.2f\", $EPOCHREALTIME - $t0 }")")
 }
 fresh_mem
+# Some VMs run DAMON to page out page cache it finds idle, and hand the memory back to the host. A
+# warm re-read then finds holes in the page cache: a FUSE mount refills them through its daemon (a
+# request each, which waits for a core beside the readers), the local disk from the disk, in the
+# kernel. The summary says so when it is on, since it moves the warm re-reads from run to run.
+DAMON_PAGEOUT=false
+for k in /sys/kernel/mm/damon/admin/kdamonds/*; do
+  [[ $(cat "$k/state" 2>/dev/null) == on ]] && grep -qsx pageout "$k"/contexts/*/schemes/*/action && DAMON_PAGEOUT=true
+done
 
 say "warm-up: one cold epoch through a dataccel mount and direct GETs, not measured"
 # The machine settles after the build and the server's start (the server's heap grows, memory
@@ -216,7 +225,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
   --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
-  --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" \
+  --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" \
   --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS make compare" '
@@ -245,7 +254,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     list_10k_s: $m.list_10k,
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
-    host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]} }
+    host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
+    host_damon_pageout: $damon_pageout }
   # Each measure of the issue, with its bound: min for a ratio that must reach it, max for a
   # figure that must stay under it, none for a measure shown for reference.
   | .targets = [

@@ -104,6 +104,27 @@ func TestCompareText(t *testing.T) {
 	}
 }
 
+// The summary says when the host pages out idle page cache (DAMON), and
+// says nothing of it otherwise.
+func TestCompareDAMONPageout(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		s := readCompareFixture(t)
+		s.DAMONPageout = on
+		var text, page bytes.Buffer
+		if err := s.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteHTML(&page); err != nil {
+			t.Fatal(err)
+		}
+		for what, out := range map[string]string{"text": text.String(), "page": page.String()} {
+			if got := strings.Contains(out, "DAMON pages out page cache"); got != on {
+				t.Errorf("pageout %v: %s mentions it: %v", on, what, got)
+			}
+		}
+	}
+}
+
 func TestCompareHTML(t *testing.T) {
 	s := readCompareFixture(t)
 	var b bytes.Buffer
