@@ -160,7 +160,10 @@ func scanPage(b []byte) (*page, bool) {
 		// sends them in a listing, and encoding/xml reads them right.
 		return nil, false
 	}
-	enc, _ := text(top, "EncodingType")
+	enc, found, ok := text(top, "EncodingType")
+	if found && !ok {
+		return nil, false
+	}
 	pg := &page{}
 	keyCount := -1
 	rest := top
@@ -179,16 +182,20 @@ func scanPage(b []byte) (*page, bool) {
 			}
 			o := store.Object{Key: key}
 			var err error
-			if v, ok := text(body, "Size"); ok {
-				if o.Size, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
+			size, sizeFound, sizeOK := text(body, "Size")
+			etag, etagFound, etagOK := text(body, "ETag")
+			mod, modFound, modOK := text(body, "LastModified")
+			if sizeFound && !sizeOK || etagFound && !etagOK || modFound && !modOK {
+				return nil, false // an element it cannot read exactly: leave the page to encoding/xml
+			}
+			if sizeFound {
+				if o.Size, err = strconv.ParseInt(strings.TrimSpace(size), 10, 64); err != nil {
 					return nil, false
 				}
 			}
-			if v, ok := text(body, "ETag"); ok {
-				o.ETag = strings.Trim(v, `"`)
-			}
-			if v, ok := text(body, "LastModified"); ok {
-				if o.ModTime, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			o.ETag = strings.Trim(etag, `"`)
+			if modFound {
+				if o.ModTime, err = time.Parse(time.RFC3339Nano, mod); err != nil {
 					return nil, false
 				}
 			}
@@ -205,8 +212,8 @@ func scanPage(b []byte) (*page, bool) {
 				if !bytes.HasPrefix(rest[1:], []byte(tag+">")) {
 					continue
 				}
-				v, ok := text(rest, tag)
-				if !ok {
+				v, found, ok := text(rest, tag)
+				if !found || !ok {
 					return nil, false
 				}
 				switch tag {
@@ -242,8 +249,8 @@ func named(b []byte, elem, tag, encoding string) (body []byte, name string, rest
 	if body, rest, ok = cut(b, elem); !ok {
 		return nil, "", nil, false
 	}
-	v, ok := text(body, tag)
-	if !ok {
+	v, found, ok := text(body, tag)
+	if !found || !ok {
 		return nil, "", nil, false
 	}
 	name, err := decodeName(v, encoding)
@@ -320,26 +327,36 @@ func startTagEnd(b []byte) int {
 
 func isXMLSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
-// text returns the unescaped text of the first <name>…</name> in b, which
-// must hold no markup. Only the five named entities and numeric references
-// are decoded; anything else is not ok.
-func text(b []byte, name string) (string, bool) {
+// text returns the unescaped text of the first <name>…</name> in b: found
+// says whether b has such an element, ok whether the scanner reads its text
+// as encoding/xml would. The text must hold no markup and no raw CR (a line
+// end, which XML turns into LF); only the five named entities and numeric
+// references are decoded. Anything else is not ok, which is not the same
+// as absent: the caller then leaves the page to encoding/xml.
+func text(b []byte, name string) (v string, found, ok bool) {
 	i := bytes.Index(b, []byte("<"+name+">"))
 	if i < 0 {
-		return "", false
+		return "", false, false
 	}
 	b = b[i+len(name)+2:]
 	end := bytes.Index(b, []byte("</"+name+">"))
 	if end < 0 {
-		return "", false
+		return "", true, false
 	}
-	v := b[:end]
-	if bytes.IndexByte(v, '<') >= 0 {
-		return "", false // markup or CDATA: leave it to encoding/xml
+	raw := b[:end]
+	if bytes.IndexByte(raw, '<') >= 0 || bytes.IndexByte(raw, '\r') >= 0 {
+		return "", true, false
 	}
-	if bytes.IndexByte(v, '&') < 0 {
-		return string(v), true
+	if bytes.IndexByte(raw, '&') < 0 {
+		return string(raw), true, true
 	}
+	v, ok = unescape(raw)
+	return v, true, ok
+}
+
+// unescape decodes the five named entities and numeric references in v;
+// anything else is not ok.
+func unescape(v []byte) (string, bool) {
 	var sb strings.Builder
 	for len(v) > 0 {
 		amp := bytes.IndexByte(v, '&')
