@@ -329,10 +329,14 @@ func (l *Loader) SetSiblings(s Siblings) {
 	}
 }
 
-// tierHas reports whether the cache tier has k, from its index alone (no
-// read), when the tier can tell (the disk tier can); otherwise false.
+// indexTier is a tier that can tell from its index alone (no read)
+// whether it holds a block (cache.Disk, cache.Tiered).
+type indexTier interface{ Contains(cache.Key) bool }
+
+// tierHas reports whether the cache tier has k, from its index alone, when
+// the tier can tell; otherwise false.
 func (l *Loader) tierHas(k cache.Key) bool {
-	c, ok := l.tier.(interface{ Contains(cache.Key) bool })
+	c, ok := l.tier.(indexTier)
 	return ok && c.Contains(k)
 }
 
@@ -369,7 +373,7 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 		}
 		return true
 	}
-	if c, ok := l.tier.(interface{ Contains(cache.Key) bool }); ok {
+	if c, ok := l.tier.(indexTier); ok {
 		// From the index, no read: the reader reads the block when it
 		// gets there, and holds it ready while the budget has room. Read
 		// here, it would be promoted to RAM, and with RAM full, pushed out
