@@ -31,15 +31,17 @@
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000; within MIN_SIZE..MAX_SIZE), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
-# per worker). A mix other than the default gets its own prefix.
+# per worker), CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses).
+# A mix other than the default gets its own prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
-ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3}
+ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
+case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
 for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES READERS BATCH RTT_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: want a whole number" >&2; exit 2; }
@@ -48,6 +50,7 @@ done
   { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE): set them around it" >&2; exit 2; }
 DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
+[[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
@@ -69,7 +72,7 @@ trap cleanup EXIT
 s3_up "$RTT_MS"
 
 say "dataset $DS: $FILES ImageNet-like files (mean $MEAN_SIZE bytes) in $CLASSES directories, and a 10,000-file directory"
-ensure_dataset "$DS" "$FILES" --classes "$CLASSES" --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
+ensure_dataset "$DS" "$FILES" --classes "$CLASSES" --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE" --content "$CONTENT"
 ensure_dataset flat10k 10000 --classes 1 --mean-size 2000 --min-size 1000 --max-size 4000
 BYTES=$(s3tool stat -prefix "$DS/" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
 # The local-disk reads use a copy: the server's own files are read by every GET, so their page

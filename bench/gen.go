@@ -72,7 +72,19 @@ type GenConfig struct {
 	Prefix string
 	// Concurrency bounds parallel uploads (default 32).
 	Concurrency int
+	// Content is what the files hold: ContentJPEG (the default) or
+	// ContentText.
+	Content string
 }
+
+// What generated files hold.
+const (
+	// ContentJPEG: JPEG-like images, incompressible as real JPEGs are.
+	ContentJPEG = "jpeg"
+	// ContentText: JSON lines of words drawn from a Zipf vocabulary, which
+	// compress about as text corpora do (tokenised text, captions, logs).
+	ContentText = "text"
+)
 
 // GenPreset is a named dataset shape.
 type GenPreset struct {
@@ -110,6 +122,9 @@ func (c GenConfig) withDefaults() GenConfig {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 32
 	}
+	if c.Content == "" {
+		c.Content = ContentJPEG
+	}
 	return c
 }
 
@@ -119,6 +134,9 @@ func (c GenConfig) Validate() error {
 	c = c.withDefaults()
 	if c.Files <= 0 {
 		return errors.New("gen: no files requested")
+	}
+	if c.Content != ContentJPEG && c.Content != ContentText {
+		return fmt.Errorf("gen: content %q: want %s or %s", c.Content, ContentJPEG, ContentText)
 	}
 	if c.MinSize > c.MaxSize || c.MinSize < 64 {
 		return fmt.Errorf("gen: bad size bounds [%d, %d]", c.MinSize, c.MaxSize)
@@ -150,11 +168,15 @@ func (c GenConfig) Plan() []GenFile {
 	return files
 }
 
-// key names file i like ImageNet: CLASS/CLASS_NUMBER.JPEG, files dealt
-// round-robin over the classes.
+// key names file i like ImageNet: CLASS/CLASS_NUMBER.JPEG (.jsonl for
+// text), files dealt round-robin over the classes.
 func (c GenConfig) key(i int) string {
 	class := fmt.Sprintf("n%08d", 1440764+(i%c.Classes)*1000)
-	return path.Join(strings.TrimSuffix(c.Prefix, "/"), class, fmt.Sprintf("%s_%d.JPEG", class, i/c.Classes))
+	ext := ".JPEG"
+	if c.Content == ContentText {
+		ext = ".jsonl"
+	}
+	return path.Join(strings.TrimSuffix(c.Prefix, "/"), class, fmt.Sprintf("%s_%d%s", class, i/c.Classes, ext))
 }
 
 // size draws file i's size from its own stream, so the dataset does not
@@ -166,15 +188,25 @@ func (c GenConfig) size(i int) int64 {
 	return min(max(s, c.MinSize), c.MaxSize)
 }
 
-// content writes file i's bytes into buf: a real JPEG header (SOI, JFIF
-// APP0, SOF0 with plausible dimensions, SOS), incompressible pseudo-random
-// entropy-coded data, and EOI.
-func (c GenConfig) content(i int, size int64, buf *bytes.Buffer) {
+// content writes file i's bytes into buf, from file i's own random stream.
+// vocab is textVocab's (ContentText only).
+func (c GenConfig) content(i int, size int64, vocab []string, buf *bytes.Buffer) {
 	buf.Reset()
 	var seed [32]byte
 	binary.LittleEndian.PutUint64(seed[:], c.Seed)
 	binary.LittleEndian.PutUint64(seed[8:], uint64(i))
 	rng := rand.NewChaCha8(seed)
+	if c.Content == ContentText {
+		textContent(rand.New(rng), i, size, vocab, buf)
+		return
+	}
+	jpegContent(rng, size, buf)
+}
+
+// jpegContent writes a real JPEG header (SOI, JFIF APP0, SOF0 with
+// plausible dimensions, SOS), incompressible pseudo-random entropy-coded
+// data, and EOI.
+func jpegContent(rng *rand.ChaCha8, size int64, buf *bytes.Buffer) {
 	w, h := uint16(500), uint16(375)
 	buf.Write([]byte{0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00})
 	buf.Write([]byte{0xFF, 0xC0, 0x00, 0x11, 0x08, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 0x03,
@@ -192,6 +224,57 @@ func (c GenConfig) content(i int, size int64, buf *bytes.Buffer) {
 	}
 	buf.Write(data)
 	buf.Write([]byte{0xFF, 0xD9})
+}
+
+// vocabSize words: a corpus's common vocabulary, enough for s2 and gzip to
+// find the repeats they find in real text.
+const vocabSize = 8192
+
+// textVocab returns the words of the text content for seed: lower-case
+// words of 2 to 11 letters.
+func textVocab(seed uint64) []string {
+	r := rand.New(rand.NewPCG(seed, 0x76_6f_63_61_62))
+	words := make([]string, vocabSize)
+	w := make([]byte, 0, 12)
+	for i := range words {
+		w = w[:0]
+		for range 2 + r.IntN(10) {
+			w = append(w, byte('a'+r.IntN(26)))
+		}
+		words[i] = string(w)
+	}
+	return words
+}
+
+// textContent writes size bytes of JSON lines, one record of id, label and
+// a few dozen words each ({"id":7,"label":3,"text":"..."}), words drawn
+// with Zipf frequencies from vocab. The last record is padded with spaces
+// inside its text to end exactly at size.
+func textContent(r *rand.Rand, i int, size int64, vocab []string, buf *bytes.Buffer) {
+	zipf := rand.NewZipf(r, 1.1, 2, uint64(len(vocab)-1))
+	const tail = "\"}\n"
+	// A record's head is at most 40 bytes: after a record, either this much
+	// is left for the next one or the record takes the rest.
+	const minRecord = 64
+	n := int(size)
+	end := n - len(tail) // the latest a record's text may end
+	for rec := 0; buf.Len() < n; rec++ {
+		fmt.Fprintf(buf, `{"id":%d,"label":%d,"text":"`, i*1000+rec, r.IntN(1000))
+		for words := 8 + r.IntN(120); words > 0; words-- {
+			w := vocab[zipf.Uint64()]
+			if buf.Len()+1+len(w) > end {
+				break
+			}
+			if buf.Bytes()[buf.Len()-1] != '"' {
+				buf.WriteByte(' ')
+			}
+			buf.WriteString(w)
+		}
+		if left := end - buf.Len(); left < minRecord {
+			buf.WriteString(strings.Repeat(" ", left))
+		}
+		buf.WriteString(tail)
+	}
 }
 
 // GenResult summarises a Generate call.
@@ -216,6 +299,10 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 	for range min(cfg.Concurrency, cfg.Files) {
 		g.Go(func() error {
 			var buf bytes.Buffer
+			var vocab []string
+			if cfg.Content == ContentText {
+				vocab = textVocab(cfg.Seed)
+			}
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= cfg.Files {
@@ -225,7 +312,7 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 					return err
 				}
 				size := cfg.size(i)
-				cfg.content(i, size, &buf)
+				cfg.content(i, size, vocab, &buf)
 				if _, err := dst.Put(gctx, cfg.key(i), bytes.NewReader(buf.Bytes()), size); err != nil {
 					return fmt.Errorf("gen: %w", err)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,65 @@ func TestGenerateRejectsBadSizes(t *testing.T) {
 				t.Errorf("%d entries written for a rejected config", len(ents))
 			}
 		})
+	}
+}
+
+// TestGenerateText: text content is JSON lines, exactly the planned size,
+// the same for the same seed, and compressible as text is (gzip at least
+// 2x; the JPEG content does not shrink at all, above).
+func TestGenerateText(t *testing.T) {
+	gen := func(seed uint64) (string, []GenFile) {
+		dir := t.TempDir()
+		// Sizes from the smallest allowed up: a tiny file is one padded record.
+		cfg := GenConfig{Files: 40, Classes: 4, Seed: seed, MeanSize: 20_000, MinSize: 64, MaxSize: 300_000,
+			Concurrency: 4, Content: ContentText}
+		if _, err := Generate(context.Background(), cfg, DirPutter{Root: dir}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return dir, cfg.Plan()
+	}
+	a, plan := gen(3)
+	b, _ := gen(3)
+	var all bytes.Buffer
+	for _, f := range plan {
+		if !strings.HasSuffix(f.Key, ".jsonl") {
+			t.Errorf("%s: want a .jsonl name", f.Key)
+		}
+		da, err := os.ReadFile(filepath.Join(a, f.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if db, _ := os.ReadFile(filepath.Join(b, f.Key)); !bytes.Equal(da, db) {
+			t.Errorf("%s differs between two runs with the same seed", f.Key)
+		}
+		if int64(len(da)) != f.Size {
+			t.Errorf("%s: %d bytes, plan says %d", f.Key, len(da), f.Size)
+		}
+		lines := strings.SplitAfter(string(da), "\n")
+		if last := lines[len(lines)-1]; last != "" {
+			t.Errorf("%s: ends in %q, want a newline", f.Key, last)
+		}
+		for n, l := range lines[:len(lines)-1] {
+			var rec struct {
+				ID, Label *int
+				Text      *string
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil || rec.ID == nil || rec.Label == nil || rec.Text == nil {
+				t.Fatalf("%s line %d: %q: %v, want a record of id, label and text", f.Key, n+1, l, err)
+			}
+		}
+		all.Write(da)
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(all.Bytes())
+	zw.Close()
+	if z.Len()*2 > all.Len() {
+		t.Errorf("gzip shrinks the text from %d to %d bytes, want at least 2x", all.Len(), z.Len())
+	}
+	cfg := GenConfig{Files: 1, Content: "png"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `content "png": want jpeg or text`) {
+		t.Errorf("content png: %v, want an error naming the contents", err)
 	}
 }
 

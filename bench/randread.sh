@@ -13,6 +13,7 @@
 # Prints a table and writes $OUT/randread.json.
 # Env: FILES (48), MEAN_SIZE (40000000), MIN_SIZE (20000000), MAX_SIZE (80000000), BS (64k),
 # JOBS (16), DURATION (15, seconds), RUNS (2), DIRECT (1), RAM_SMALL (256MiB), DISK_SMALL (512MiB), RTT_MS (10),
+# CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses),
 # OUT (./.compare-rand), PEERS_DIR (../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,8 @@ for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE JOBS DURATION RUNS RTT_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || { echo "$v=${!v}: want a whole number > 0" >&2; exit 2; }
 done
 [[ $DIRECT == 0 || $DIRECT == 1 ]] || { echo "DIRECT=$DIRECT: want 0 or 1" >&2; exit 2; }
+CONTENT=${CONTENT:-jpeg}
+case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
 [[ $BS =~ ^[0-9]+[kKmM]?$ ]] || { echo "BS=$BS: want a size such as 4k or 64k" >&2; exit 2; }
 for v in RAM_SMALL DISK_SMALL; do
   [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT][iI]?[bB]?|%)?$ ]] || { echo "$v=${!v}: want a size such as 256MiB, 2GiB or 10%" >&2; exit 2; }
@@ -33,6 +36,7 @@ done
   { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE)" >&2; exit 2; }
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 DS=records-$FILES-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE
+[[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"
 mountpoint -q "$OUT/mnt" 2>/dev/null && { fusermount3 -u "$OUT/mnt" 2>/dev/null || umount -l "$OUT/mnt"; }
@@ -55,7 +59,7 @@ trap cleanup EXIT
 s3_up "$RTT_MS"
 
 say "dataset $DS: $FILES files (mean $MEAN_SIZE bytes)"
-ensure_dataset "$DS" "$FILES" --classes 1 --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE"
+ensure_dataset "$DS" "$FILES" --classes 1 --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE" --content "$CONTENT"
 LOCAL=$OUT/local/$DS
 if [[ $(find "$LOCAL" -type f 2>/dev/null | wc -l) != "$FILES" ]]; then
   rm -rf "$OUT/local"; mkdir -p "$OUT/local"; cp -r "$S3_ROOT/$DS" "$LOCAL"; sync

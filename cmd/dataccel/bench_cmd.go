@@ -82,7 +82,7 @@ func newBenchGenCmd() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "gen --to s3://bucket/prefix|DIR",
-		Short: "Generate an ImageNet-like dataset of incompressible JPEG-like files",
+		Short: "Generate an ImageNet-like dataset: incompressible JPEG-like files, or compressible text",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to == "" {
@@ -141,6 +141,8 @@ func newBenchGenCmd() *cobra.Command {
 	fl.Int64Var(&cfg.MaxSize, "max-size", 1_000_000, "largest file in bytes")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed: the same seed gives the same files")
 	fl.IntVar(&cfg.Concurrency, "concurrency", 32, "parallel uploads")
+	fl.StringVar(&cfg.Content, "content", bench.ContentJPEG, "what the files hold: "+bench.ContentJPEG+
+		" (JPEG-like, incompressible) or "+bench.ContentText+" (JSON lines of words, compressible as text is)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	s3f.register(cmd)
 	return cmd

@@ -236,8 +236,8 @@ func TestCompareReport(t *testing.T) {
 	}
 }
 
-// TestBenchGenSizeErrors: sizes that cannot give the asked-for mix are a
-// usage error (exit 2) before anything is written or any bucket made.
+// TestBenchGenSizeErrors: sizes that cannot give the asked-for mix, or an
+// unknown content, are a usage error (exit 2) before anything is written or any bucket made.
 func TestBenchGenSizeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, wantMsg string
@@ -247,6 +247,7 @@ func TestBenchGenSizeErrors(t *testing.T) {
 		{"mean over the largest size", "mean size 300000 lies outside the size bounds [1000, 200000]",
 			[]string{"--mean-size", "300000", "--min-size", "1000", "--max-size", "200000"}},
 		{"bounds crossed", "bad size bounds [5000, 4000]", []string{"--mean-size", "4500", "--min-size", "5000", "--max-size", "4000"}},
+		{"unknown content", `content "png": want jpeg or text`, []string{"--content", "png"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ds")
