@@ -177,7 +177,7 @@ func StatDir(dir string) (DirStat, error) {
 			}
 			st.Entries++
 			st.RawBytes += int64(r.rawLen)
-			if r.flags&flagS2 != 0 {
+			if r.flags&(flagS2|flagS2Chunks) != 0 {
 				st.Compressed++
 				st.SavedBytes += int64(r.rawLen) - int64(r.payloadLen)
 			}

@@ -33,7 +33,8 @@ type DiskOptions struct {
 	// that would go below it evict stale blocks or are rejected.
 	// 0 means the default 0.05; a negative value disables the floor.
 	MinFreeFraction float64
-	// Compress stores blocks compressed (s2) when they shrink by >= 12%.
+	// Compress stores blocks compressed (s2) when they shrink by >= 12%,
+	// except while the write queue is backlogged (see Backlogged).
 	// DefaultDiskOptions turns it on; callers should default it to true.
 	Compress bool
 	// Sync fdatasyncs the segment after each record, before the record
@@ -138,6 +139,7 @@ type Disk struct {
 	dead          int64               // guarded by mu; dead bytes of all segments
 	inflight      map[uint64]struct{} // guarded by mu; ids being written
 	unwritten     int64               // guarded by mu; bytes admitted, not yet written (free space does not show them)
+	appended      int64               // guarded by mu; bytes written by writers since open (see write)
 	compactWanted bool                // guarded by mu; a write was rejected while dead bytes existed
 	compacting    bool                // guarded by mu; the compactor is running a pass
 	idleDead      int64               // guarded by mu; dead bytes when the compactor last found no candidate
@@ -642,10 +644,14 @@ func (d *Disk) done(n int64) {
 // Backlogged reports whether the write queue holds half of QueueBytes or
 // more: the disk is behind, and work that only fills the cache (the
 // sweep) should wait rather than have its blocks dropped.
-func (d *Disk) Backlogged() bool {
+func (d *Disk) Backlogged() bool { return d.queued(2) }
+
+// queued reports whether the write queue, the blocks being written
+// included, holds 1/frac of QueueBytes or more.
+func (d *Disk) queued(frac int64) bool {
 	d.pendMu.Lock()
 	defer d.pendMu.Unlock()
-	return 2*d.pendSize >= d.opts.QueueBytes
+	return frac*d.pendSize >= d.opts.QueueBytes
 }
 
 // Full reports whether a block written now would push another out of the
@@ -795,8 +801,15 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	if d.disabled.Load() {
 		return
 	}
-	var avail int64
+	var avail, appended0 int64
 	if d.minFree >= 0 {
+		// Records another writer writes after this statfs are in neither
+		// avail nor d.unwritten: counted from d.appended below. One
+		// written between this read and the statfs counts twice, which
+		// errs on the safe side.
+		d.mu.Lock()
+		appended0 = d.appended
+		d.mu.Unlock()
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(d.dir, &st); err != nil {
 			d.fail("statfs", err)
@@ -828,7 +841,14 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		marked = append(marked, id)
 		d.mu.Unlock()
 
-		hdr, payload, saved := c.encodeBlock(it.key, it.data, d.opts.Compress)
+		// Compression yields to a backlog: s2 takes a core for every few
+		// hundred MB/s, and a block written raw beats one dropped.
+		compress := d.opts.Compress
+		if compress && d.queued(4) {
+			compress = false
+			d.stats.DiskCompressSkipped.Add(1)
+		}
+		hdr, payload, saved := c.encodeBlock(it.key, it.data, compress)
 		n := int64(len(hdr) + len(payload))
 		span := alignUp(n, d.align)
 
@@ -839,7 +859,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		if d.minFree >= 0 {
 			// avail is net of the floor (it may be negative); the records
 			// admitted by every writer and not yet written take from it.
-			limit = min(limit, d.policy.Used()+d.dead+avail-d.unwritten)
+			limit = min(limit, d.policy.Used()+d.dead+avail-d.unwritten-(d.appended-appended0))
 		}
 		limit -= d.dead
 		ok, victims := d.policy.Admit(id, span, limit)
@@ -870,6 +890,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	var drop []*segment
 	d.mu.Lock()
 	d.unwritten -= total
+	d.appended += total
 	for i, r := range recs {
 		if err != nil {
 			d.policy.Remove(r.id)

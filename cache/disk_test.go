@@ -565,6 +565,43 @@ func evict(t testing.TB, d *Disk, keys []Key) {
 	d.removeSegments(drop)
 }
 
+// A writer stores a block raw, without trying compression, while the
+// write queue holds a quarter of its bytes or more (the block being written
+// counts): compressing would cost the writer the time it needs to keep up.
+func TestDiskCompressionYieldsToBacklog(t *testing.T) {
+	const n = 256 << 10
+	for _, tc := range []struct {
+		name       string
+		queueBytes int64
+		compressed bool
+	}{
+		{"queue nearly empty", DefaultQueueBytes, true},
+		{"the block alone fills a quarter of the queue", 4 * n, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			stats := new(Stats)
+			d := openDisk(t, DiskOptions{Dir: dir, MaxBytes: 64 << 20, Compress: true, QueueBytes: tc.queueBytes,
+				Stats: stats, MinFreeFraction: -1})
+			k := testKey("text", 0)
+			d.Put(k, blockFor(k, n))
+			d.Flush()
+			s := recordSizes(t, dir)[keyHash(k)]
+			if compressed := s < n/2; compressed != tc.compressed {
+				t.Fatalf("stored in %d bytes, want compressed %v", s, tc.compressed)
+			}
+			if skipped := stats.DiskCompressSkipped.Load(); (skipped == 1) == tc.compressed {
+				t.Fatalf("%d compressions skipped counted", skipped)
+			}
+			if b, ok := d.Get(k); !ok {
+				t.Fatal("missed")
+			} else {
+				checkExact(t, k, b, n)
+			}
+		})
+	}
+}
+
 func TestDiskCompressionOff(t *testing.T) {
 	// Compression off stores compressible data raw.
 	dir := t.TempDir()

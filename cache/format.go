@@ -37,7 +37,8 @@ import (
 //
 //	0  magic "DACB"
 //	4  version u8
-//	5  flags u8 (flagS2: payload is an s2 block; flagSums: chunk checksums)
+//	5  flags u8 (flagS2: payload is an s2 block; flagSums: chunk checksums;
+//	   flagS2Chunks, with flagSums only: each chunk an s2 block of its own)
 //	6  with flagSums, log2 of the chunk size C; else 0
 //	7  reserved u8
 //	8  raw length u64
@@ -49,6 +50,8 @@ import (
 //	44 etag length u32
 //	48 object bytes, etag bytes
 //	.. with flagSums: xxhash64 of each C bytes of the raw bytes, in order
+//	.. with flagS2Chunks: u32 stored length of each chunk, in order; a
+//	   chunk stored as long as its raw bytes is raw, a shorter one s2
 //	.. xxhash64 of all header bytes above
 //	.. payload
 //
@@ -57,16 +60,20 @@ import (
 // stops a flipped length from driving a huge allocation (or a scan running
 // off into the payload) before the payload checksum runs.
 //
-// Chunk checksums (raw records longer than one chunk) let a read of a few
-// KiB of a block check, and so read, only the chunks it covers
+// Chunk checksums (records longer than one chunk) let a read of a few KiB
+// of a block check, and so read, only the chunks it covers
 // (Disk.ReadPart): a reader at random offsets would otherwise read and
-// hash a whole block from disk for each of its reads. A record without
-// them (compressed, or written before them) is only read whole.
+// hash a whole block from disk for each of its reads. For the same reason
+// a compressed record of several chunks compresses each chunk on its own
+// (flagS2Chunks): a part read decodes only the chunks it covers, not
+// megabytes of block. A record without chunk checksums (one chunk long,
+// compressed whole, or written before them) is only read whole.
 const (
 	blockMagic    = "DACB"
 	formatVersion = 1 // of the record encoding
 	flagS2        = 1 << 0
 	flagSums      = 1 << 1
+	flagS2Chunks  = 1 << 2
 	fixedHeader   = 48
 	// sumShift: chunks of 64 KiB, a few kernel reads; 1 KiB of checksums
 	// per 8 MiB block.
@@ -188,6 +195,17 @@ func parseSegmentHeader(sh []byte, seq uint64) (align int64, ok bool) {
 // holds scratch buffers, so each writer goroutine owns one.
 type compressor struct {
 	sample []byte
+	chunk  []byte // s2.MaxEncodedLen of one chunk
+	// chunkShift is log2 of the chunk size of the records it encodes (0:
+	// sumShift); tests set it to make small records of many chunks.
+	chunkShift uint8
+}
+
+func (c *compressor) shift() uint8 {
+	if c.chunkShift == 0 {
+		return sumShift
+	}
+	return c.chunkShift
 }
 
 const (
@@ -235,20 +253,33 @@ func (c *compressor) worthCompressing(b []byte) bool {
 // and how many bytes compression saved (0 when stored raw). A raw payload
 // is b itself.
 func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload []byte, saved int64) {
+	shift := c.shift()
 	payload, flags := b, byte(0)
+	nsums := 0
+	if len(b) > 1<<shift {
+		flags = flagSums
+		nsums = numChunks(uint64(len(b)), shift)
+	}
+	var clens []byte // with flagS2Chunks: each chunk's stored length
 	if compress && c.worthCompressing(b) {
-		enc := s2.Encode(nil, b)
+		var enc []byte
+		if nsums > 0 {
+			enc, clens = c.encodeChunks(b)
+		} else {
+			enc = s2.Encode(nil, b)
+		}
 		if len(enc)*100 <= len(b)*(100-minSavingPct) {
-			payload, flags = enc, flagS2
+			payload = enc
 			saved = int64(len(b) - len(enc))
+			if flags = flagS2; nsums > 0 {
+				flags = flagSums | flagS2Chunks
+			}
 		}
 	}
-	nsums := 0
-	if flags == 0 && len(b) > 1<<sumShift {
-		flags |= flagSums
-		nsums = numChunks(uint64(len(b)), sumShift)
+	if flags&flagS2Chunks == 0 {
+		clens = nil
 	}
-	hl := fixedHeader + len(k.Object) + len(k.ETag) + 8*nsums + 8
+	hl := fixedHeader + len(k.Object) + len(k.ETag) + 8*nsums + len(clens) + 8
 	hdr = make([]byte, hl)
 	copy(hdr[0:4], blockMagic)
 	hdr[4] = formatVersion
@@ -261,19 +292,43 @@ func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload [
 	n := fixedHeader + copy(hdr[fixedHeader:], k.Object)
 	n += copy(hdr[n:], k.ETag)
 	if nsums > 0 {
-		hdr[6] = sumShift
+		hdr[6] = shift
 		sums := hdr[n : n+8*nsums]
 		for i := range nsums {
-			lo := i << sumShift
-			binary.LittleEndian.PutUint64(sums[8*i:], xxhash.Sum64(b[lo:min(lo+1<<sumShift, len(b))]))
+			lo := i << shift
+			binary.LittleEndian.PutUint64(sums[8*i:], xxhash.Sum64(b[lo:min(lo+1<<shift, len(b))]))
 		}
 		binary.LittleEndian.PutUint64(hdr[24:], xxhash.Sum64(sums))
 		n += len(sums)
+		n += copy(hdr[n:], clens)
 	} else {
 		binary.LittleEndian.PutUint64(hdr[24:], xxhash.Sum64(b))
 	}
 	binary.LittleEndian.PutUint64(hdr[n:], xxhash.Sum64(hdr[:n]))
 	return hdr, payload, saved
+}
+
+// encodeChunks compresses each chunk of b (1<<c.shift() bytes) on its own
+// with s2, keeping a chunk raw where s2 would not shrink it, and returns
+// the chunks back to back and the stored length of each (u32s).
+func (c *compressor) encodeChunks(b []byte) (payload, clens []byte) {
+	shift := c.shift()
+	if need := s2.MaxEncodedLen(1 << shift); len(c.chunk) < need {
+		c.chunk = make([]byte, need)
+	}
+	nc := numChunks(uint64(len(b)), shift)
+	payload = make([]byte, 0, len(b)) // no chunk is stored longer than raw
+	clens = make([]byte, 4*nc)
+	for i := range nc {
+		raw := b[i<<shift : min((i+1)<<shift, len(b))]
+		stored := s2.Encode(c.chunk, raw)
+		if len(stored) >= len(raw) {
+			stored = raw
+		}
+		payload = append(payload, stored...)
+		binary.LittleEndian.PutUint32(clens[4*i:], uint32(len(stored)))
+	}
+	return payload, clens
 }
 
 // numChunks is how many chunks of 1<<shift bytes hold n bytes.
@@ -291,6 +346,7 @@ type recHeader struct {
 	etag       []byte
 	sumShift   uint8  // with flagSums: log2 of the chunk size
 	sums       []byte // with flagSums: the chunk checksums
+	clens      []byte // with flagS2Chunks: the chunks' stored lengths (u32s)
 	headerLen  int
 }
 
@@ -337,16 +393,103 @@ func parseHeader(buf []byte) (recHeader, error) {
 	h.etag = buf[fixedHeader+ol : fixedHeader+ol+el]
 	if h.flags&flagSums != 0 {
 		h.sumShift = buf[6]
-		h.sums = buf[fixedHeader+ol+el : n]
+		h.sums = buf[fixedHeader+ol+el : fixedHeader+ol+el+8*uint64(numChunks(h.rawLen, h.sumShift))]
+		if h.flags&flagS2Chunks != 0 {
+			h.clens = buf[fixedHeader+ol+el+uint64(len(h.sums)) : n]
+		}
 	}
 	h.headerLen = hl
-	// A compressed payload is stored only when smaller than the raw bytes,
-	// and has no chunk checksums.
-	if h.flags&^(flagS2|flagSums) != 0 || h.flags == flagS2|flagSums ||
-		(h.flags&flagS2 == 0 && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen {
+	// A compressed payload is stored only when smaller than the raw bytes;
+	// compressed whole, it has no chunk checksums.
+	compressed := h.flags&(flagS2|flagS2Chunks) != 0
+	if h.flags&^(flagS2|flagSums|flagS2Chunks) != 0 || h.flags&flagS2 != 0 && h.flags != flagS2 ||
+		h.flags&flagS2Chunks != 0 && h.flags&flagSums == 0 ||
+		(!compressed && h.payloadLen != h.rawLen) || h.payloadLen > h.rawLen {
 		return h, fmt.Errorf("%w: header fields", errCorrupt)
 	}
+	if h.clens != nil {
+		if err := checkChunkLens(&h); err != nil {
+			return h, err
+		}
+	}
 	return h, nil
+}
+
+// checkChunkLens checks the stored chunk lengths of a flagS2Chunks header:
+// each at most its chunk's raw length, none empty, all adding up to the
+// payload length.
+func checkChunkLens(h *recHeader) error {
+	var sum uint64
+	size := uint64(1) << h.sumShift
+	for i := 0; i < len(h.clens)/4; i++ {
+		c := uint64(binary.LittleEndian.Uint32(h.clens[4*i:]))
+		if c == 0 || c > min(size, h.rawLen-uint64(i)*size) {
+			return fmt.Errorf("%w: chunk %d length", errCorrupt, i)
+		}
+		sum += c
+	}
+	if sum != h.payloadLen {
+		return fmt.Errorf("%w: chunk lengths", errCorrupt)
+	}
+	return nil
+}
+
+// chunkSpan returns where chunks [first, last] lie in the payload of a
+// flagS2Chunks record: the offset of the first and the length of them all.
+func (h *recHeader) chunkSpan(first, last int) (off, n int64) {
+	for i := range last + 1 {
+		c := int64(binary.LittleEndian.Uint32(h.clens[4*i:]))
+		if i < first {
+			off += c
+		} else {
+			n += c
+		}
+	}
+	return off, n
+}
+
+// checkStoredChunks checks that each compressed chunk of the payload of a
+// flagS2Chunks record says it decodes to its chunk's raw length.
+func checkStoredChunks(payload []byte, h *recHeader) error {
+	size := uint64(1) << h.sumShift
+	for i := 0; i < len(h.clens)/4; i++ {
+		n := int(binary.LittleEndian.Uint32(h.clens[4*i:]))
+		want := min(size, h.rawLen-uint64(i)*size)
+		if n > len(payload) {
+			return fmt.Errorf("%w: chunk %d short", errCorrupt, i)
+		}
+		if uint64(n) < want {
+			if l, err := s2.DecodedLen(payload[:n]); err != nil || uint64(l) != want {
+				return fmt.Errorf("%w: chunk %d compressed length", errCorrupt, i)
+			}
+		}
+		payload = payload[n:]
+	}
+	return nil
+}
+
+// decodeChunks decodes the stored chunks from first on, back to back in
+// stored, into raw, which ends at a chunk boundary or at the end of the
+// block; a chunk stored at its raw length is copied.
+func decodeChunks(raw, stored []byte, first int, h *recHeader) error {
+	size := 1 << h.sumShift
+	for i := 0; i < len(raw); i += size {
+		c := first + i>>h.sumShift
+		n := int(binary.LittleEndian.Uint32(h.clens[4*c:]))
+		want := raw[i:min(i+size, len(raw))]
+		if n > len(stored) {
+			return fmt.Errorf("%w: chunk %d short", errCorrupt, c)
+		}
+		if n == len(want) {
+			copy(want, stored[:n])
+		} else if l, err := s2.DecodedLen(stored[:n]); err != nil || l != len(want) {
+			return fmt.Errorf("%w: chunk %d compressed length", errCorrupt, c)
+		} else if _, err := s2.Decode(want, stored[:n]); err != nil {
+			return fmt.Errorf("%w: chunk %d: decompress: %v", errCorrupt, c, err)
+		}
+		stored = stored[n:]
+	}
+	return nil
 }
 
 // headerLen returns the length of the record header that starts with the
@@ -369,6 +512,9 @@ func headerLen(buf []byte) (int, error) {
 			return 0, fmt.Errorf("%w: chunk size", errCorrupt)
 		}
 		n += 8 * uint64(numChunks(raw, buf[6]))
+		if buf[5]&flagS2Chunks != 0 {
+			n += 4 * uint64(numChunks(raw, buf[6]))
+		}
 	}
 	return int(n), nil
 }
@@ -399,7 +545,15 @@ func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 	}
 	payload = payload[:h.payloadLen]
 	raw := payload
-	if h.flags&flagS2 != 0 {
+	if h.clens != nil {
+		if err := checkStoredChunks(payload, h); err != nil {
+			return nil, err // before allocating what the header claims
+		}
+		raw = make([]byte, h.rawLen)
+		if err := decodeChunks(raw, payload, 0, h); err != nil {
+			return nil, err
+		}
+	} else if h.flags&flagS2 != 0 {
 		n, err := s2.DecodedLen(payload)
 		if err != nil || uint64(n) != h.rawLen {
 			return nil, fmt.Errorf("%w: compressed length", errCorrupt)

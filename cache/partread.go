@@ -14,12 +14,12 @@ import (
 const partHead = dioAlign
 
 // ReadPart copies into p the raw bytes of block k from off on, reading (through
-// the page cache: see readRecord) and checking only the chunks of the record
-// that hold them, instead of reading and checking the whole block. n is the block's length: a record
+// the page cache: see readRecord), decoding when compressed, and checking only
+// the chunks of the record that hold them, instead of the whole block. n is the block's length: a record
 // of another length (written under another block size) is not read.
 // ReadPart reports false, leaving p alone, when k is not on disk, the range
 // is not within the block, or the record has no chunk checksums
-// (compressed, one chunk long, or written before them): the caller then
+// (compressed whole, one chunk long, or written before them): the caller then
 // reads the block whole, and that read counts the hit or the miss. A
 // corrupt record is dropped, as Get drops it.
 func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
@@ -54,13 +54,26 @@ func (d *Disk) ReadPart(k Key, n int64, p []byte, off int64) bool {
 	first := int(off >> h.sumShift)
 	lo := int64(first) << h.sumShift
 	hi := min(((off+int64(len(p))-1)>>h.sumShift+1)<<h.sumShift, n)
-	chunks, err := d.readRecord(loc, int64(h.headerLen)+lo, hi-lo)
+	stOff, stLen := lo, hi-lo
+	if h.clens != nil {
+		stOff, stLen = h.chunkSpan(first, int((hi-1)>>h.sumShift))
+	}
+	chunks, err := d.readRecord(loc, int64(h.headerLen)+stOff, stLen)
 	if err != nil {
 		d.readFailed(id, loc, err)
 		return false
 	}
 	defer d.dio.put(chunks)
-	if err := checkChunks(chunks, first, &h); err != nil {
+	if h.clens != nil {
+		stored := chunks
+		chunks = d.dio.get(hi - lo)
+		defer d.dio.put(chunks)
+		err = decodeChunks(chunks, stored, first, &h)
+	}
+	if err == nil {
+		err = checkChunks(chunks, first, &h)
+	}
+	if err != nil {
 		d.corrupt(id, loc, err)
 		return false
 	}
@@ -111,7 +124,7 @@ func (d *Disk) readHeader(id uint64, loc recLoc, k Key) (recHeader, error) {
 		return recHeader{}, err
 	}
 	h.object, h.etag = nil, nil
-	h.sums = bytes.Clone(h.sums)
+	h.sums, h.clens = bytes.Clone(h.sums), bytes.Clone(h.clens)
 	return h, nil
 }
 
@@ -130,7 +143,7 @@ type headCache struct {
 type headEntry struct {
 	loc recLoc
 	key Key
-	h   recHeader // object and etag nil; sums its own copy
+	h   recHeader // object and etag nil; sums and clens their own copies
 }
 
 // headCacheBytes: the headers of about 6,000 blocks of 8 MiB (48 GiB of
@@ -174,7 +187,7 @@ func (c *headCache) put(id uint64, loc recLoc, k Key, h recHeader) {
 // cost is the memory an entry holds: its checksums, the entry itself and
 // about as much again for its map slot.
 func (e headEntry) cost() int64 {
-	return int64(len(e.h.sums)) + 2*int64(unsafe.Sizeof(e))
+	return int64(len(e.h.sums)+len(e.h.clens)) + 2*int64(unsafe.Sizeof(e))
 }
 
 // readRecord reads n bytes at off within the record at loc, into memory

@@ -2,10 +2,14 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func TestDiskReadPart(t *testing.T) {
@@ -16,13 +20,23 @@ func TestDiskReadPart(t *testing.T) {
 		opts := DiskOptions{Dir: dir, MaxBytes: 64 << 20, Compress: true, MinFreeFraction: -1, Buffered: buffered}
 		d := openDisk(t, opts)
 		raw := testKey("raw", 1)       // odd block: random bytes, stored raw
-		packed := testKey("packed", 2) // even block: words, stored compressed
+		packed := testKey("packed", 2) // even block: words, each chunk compressed
 		small := testKey("small", 3)   // one chunk
-		sizes := map[Key]int{raw: big, packed: big, small: 40 << 10, longKey: 300 << 10}
+		smallPacked := testKey("small packed", 4)
+		mixed := testKey("mixed", 6) // words, but chunks 1-3 random: stored raw among compressed ones
+		sizes := map[Key]int{raw: big, packed: big, small: 40 << 10, smallPacked: 40 << 10, longKey: 300 << 10, mixed: big}
+		blocks := map[Key][]byte{}
 		for k, n := range sizes {
-			d.Put(k, blockFor(k, n))
+			blocks[k] = blockFor(k, n)
+		}
+		copy(blocks[mixed][1<<sumShift:], blockFor(testKey("mixed", 7), 3<<sumShift))
+		for k, b := range blocks {
+			d.Put(k, b)
 		}
 		d.Flush()
+		if st, err := StatDir(dir); err != nil || st.Compressed != 3 {
+			t.Fatalf("StatDir = %+v, %v: want 3 records compressed (packed, small packed, mixed)", st, err)
+		}
 
 		cases := []struct {
 			name   string
@@ -39,8 +53,17 @@ func TestDiskReadPart(t *testing.T) {
 			{"last byte", raw, big - 1, 1, true},
 			{"whole block", raw, 0, big, true},
 			{"past the end", raw, big - 10, 20, false},
-			{"compressed", packed, 1000, 4096, false},
+			{"compressed: first byte", packed, 0, 1, true},
+			{"compressed: across a chunk boundary", packed, 1<<sumShift - 1, 2, true},
+			{"compressed: several chunks", packed, 100, 200000, true},
+			{"compressed: the short last chunk", packed, big - 70000, 70000, true},
+			{"compressed: whole block", packed, 0, big, true},
+			{"compressed: past the end", packed, big - 10, 20, false},
+			{"raw chunks among compressed ones", mixed, 1<<sumShift - 100, 3 << sumShift, true},
+			{"a raw chunk among compressed ones", mixed, 2<<sumShift + 5, 5000, true},
+			{"a compressed chunk after raw ones", mixed, 4<<sumShift + 5, 5000, true},
 			{"one chunk", small, 1000, 4096, false},
+			{"one chunk, compressed whole", smallPacked, 1000, 4096, false},
 			{"a header longer than the first read", longKey, 200000, 5000, true},
 			{"missing", testKey("missing", 1), 0, 10, false},
 		}
@@ -58,7 +81,7 @@ func TestDiskReadPart(t *testing.T) {
 				if hits := stats.DiskPartHits.Load() - before; hits != map[bool]int64{true: 1}[tc.ok] {
 					t.Fatalf("%s: %d part hits counted", tc.name, hits)
 				}
-				if tc.ok && !bytes.Equal(p, blockFor(tc.k, int(n))[tc.off:tc.off+tc.n]) {
+				if tc.ok && !bytes.Equal(p, blocks[tc.k][tc.off:tc.off+tc.n]) {
 					t.Fatalf("%s: bytes differ", tc.name)
 				}
 			}
@@ -80,12 +103,11 @@ func TestDiskReadPart(t *testing.T) {
 		opts.Stats = new(Stats)
 		d2 := openDisk(t, opts)
 		check(t, d2, opts.Stats)
-		for k, n := range sizes {
+		for k, want := range blocks {
 			b, ok := d2.Get(k)
-			if !ok {
-				t.Fatalf("%s missed after a restart", k.Object[:min(10, len(k.Object))])
+			if !ok || !bytes.Equal(b, want) {
+				t.Fatalf("%s after a restart: hit %v, bytes equal %v", k.Object[:min(12, len(k.Object))], ok, bytes.Equal(b, want))
 			}
-			checkExact(t, k, b, n)
 		}
 	})
 }
@@ -125,6 +147,67 @@ func TestCheckChunks(t *testing.T) {
 	}
 }
 
+// A block of several chunks compresses each chunk on its own, keeping raw
+// the chunks s2 would not shrink; the header's chunk lengths are checked
+// before any is trusted.
+func TestEncodeChunks(t *testing.T) {
+	k := testKey("c", 2)
+	const n = 1<<20 + 5000 // 17 chunks, the last one short
+	raw := blockFor(k, n)
+	copy(raw[1<<sumShift:], blockFor(testKey("c", 3), 3<<sumShift)) // chunks 1-3 random
+	hdr, payload, saved := new(compressor).encodeBlock(k, raw, true)
+	rec := append(bytes.Clone(hdr), payload...)
+	h, err := parseHeader(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.flags != flagSums|flagS2Chunks || len(h.clens) != 4*17 || saved != int64(n-len(payload)) || saved < n/2 {
+		t.Fatalf("flags %b, %d length bytes, saved %d of %d", h.flags, len(h.clens), saved, n)
+	}
+	for i := range 17 {
+		c := int(binary.LittleEndian.Uint32(h.clens[4*i:]))
+		if rawChunk := i >= 1 && i <= 3; rawChunk != (c == 1<<sumShift) {
+			t.Errorf("chunk %d stored in %d bytes (random: %v)", i, c, rawChunk)
+		}
+	}
+	if off, l := h.chunkSpan(1, 3); l != 3<<sumShift || !bytes.Equal(payload[off:off+l], raw[1<<sumShift:4<<sumShift]) {
+		t.Errorf("chunkSpan(1, 3) = %d, %d: not the raw chunks", off, l)
+	}
+	if got, err := decodeBlock(rec, k); err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("decodeBlock: %v, equal %v", err, bytes.Equal(got, raw))
+	}
+
+	// Damage to the header, its checksum made right again: caught by parseHeader.
+	lens := len(hdr) - 8 - 4*17 // the chunk lengths' offset
+	setLen := func(b []byte, i int, v uint32) { binary.LittleEndian.PutUint32(b[lens+4*i:], v) }
+	for _, tc := range []struct {
+		name   string
+		damage func(h []byte)
+	}{
+		{"an empty chunk", func(b []byte) { setLen(b, 4, 0) }},
+		{"lengths over the payload", func(b []byte) { setLen(b, 0, binary.LittleEndian.Uint32(b[lens:])+1) }},
+		{"a chunk longer than raw", func(b []byte) { setLen(b, 16, 5001) }},
+		{"chunks compressed without checksums", func(b []byte) { b[5] = flagS2Chunks }},
+		{"compressed whole and in chunks", func(b []byte) { b[5] = flagSums | flagS2Chunks | flagS2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := bytes.Clone(hdr)
+			tc.damage(b)
+			binary.LittleEndian.PutUint64(b[len(b)-8:], xxhash.Sum64(b[:len(b)-8]))
+			if _, err := parseHeader(append(b, payload...)); !errors.Is(err, errCorrupt) {
+				t.Fatalf("parseHeader: %v, want corrupt", err)
+			}
+		})
+	}
+	// A flipped byte in a compressed chunk fails its decoding or its checksum.
+	off, _ := h.chunkSpan(5, 5)
+	bad := bytes.Clone(rec)
+	bad[len(hdr)+int(off)+10] ^= 0x10
+	if _, err := decodeBlock(bad, k); !errors.Is(err, errCorrupt) {
+		t.Fatalf("decodeBlock of a flipped chunk: %v, want corrupt", err)
+	}
+}
+
 // A part read checks the chunks it reads: a flipped bit in one drops the
 // record, which then misses; the chunks before it were served intact. A
 // flipped chunk checksum fails the header's own checksum when the disk
@@ -132,18 +215,26 @@ func TestCheckChunks(t *testing.T) {
 func TestDiskReadPartCorruption(t *testing.T) {
 	const n = 1 << 20
 	for _, tc := range []struct {
-		name string
-		at   func(hdrLen int) int // offset in the record of the flipped byte
+		name   string
+		packed bool                   // the block compresses: its chunks are stored compressed
+		at     func(h *recHeader) int // offset in the record of the flipped byte
 	}{
-		{"payload chunk 5", func(h int) int { return h + 5<<sumShift + 100 }},
-		{"chunk checksum 5, caught at open", func(h int) int { return h - 8 - 16*8 + 5*8 }},
+		{"payload chunk 5", false, func(h *recHeader) int { return h.headerLen + 5<<sumShift + 100 }},
+		{"compressed payload chunk 5", true, func(h *recHeader) int {
+			off, _ := h.chunkSpan(5, 5)
+			return h.headerLen + int(off) + 100
+		}},
+		{"chunk checksum 5, caught at open", false, func(h *recHeader) int { return h.headerLen - 8 - 16*8 + 5*8 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			layouts(t, func(t *testing.T, buffered bool) {
 				dir := t.TempDir()
-				opts := DiskOptions{Dir: dir, MaxBytes: 64 << 20, MinFreeFraction: -1, Buffered: buffered}
+				opts := DiskOptions{Dir: dir, MaxBytes: 64 << 20, MinFreeFraction: -1, Buffered: buffered, Compress: tc.packed}
 				d := openDisk(t, opts)
 				k := testKey("c", 1)
+				if tc.packed {
+					k = testKey("c", 2)
+				}
 				d.Put(k, blockFor(k, n))
 				d.Flush()
 				d.mu.Lock()
@@ -151,13 +242,17 @@ func TestDiskReadPartCorruption(t *testing.T) {
 				path := loc.seg.path
 				d.mu.Unlock()
 				d.Close()
-				hdr, _, _ := new(compressor).encodeBlock(k, blockFor(k, n), false)
+				hdr, payload, _ := new(compressor).encodeBlock(k, blockFor(k, n), tc.packed)
+				h, err := parseHeader(append(hdr, payload...))
+				if err != nil || (h.clens != nil) != tc.packed {
+					t.Fatalf("parseHeader: %v, chunks compressed %v", err, h.clens != nil)
+				}
 				f, err := os.OpenFile(path, os.O_RDWR, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
 				b := []byte{0}
-				at := loc.off + int64(tc.at(len(hdr)))
+				at := loc.off + int64(tc.at(&h))
 				if _, err := f.ReadAt(b, at); err != nil {
 					t.Fatal(err)
 				}
@@ -170,12 +265,12 @@ func TestDiskReadPartCorruption(t *testing.T) {
 				opts.Stats = new(Stats)
 				d2 := openDisk(t, opts)
 				p := make([]byte, 4096)
-				if strings.HasPrefix(tc.name, "payload") {
+				if !strings.HasSuffix(tc.name, "caught at open") {
 					// The header is intact: chunk 0 is served.
 					if !d2.ReadPart(k, n, p, 0) || !bytes.Equal(p, blockFor(k, n)[:4096]) {
 						t.Fatal("an intact chunk of the record was not served")
 					}
-				} else if !strings.HasSuffix(tc.name, "caught at open") || d2.Contains(k) {
+				} else if d2.Contains(k) {
 					t.Fatal("a record with a wrong chunk checksum was kept at open")
 				}
 				if d2.ReadPart(k, n, p, 5<<sumShift) {

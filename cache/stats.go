@@ -25,8 +25,11 @@ type Stats struct {
 	DiskErrors      atomic.Int64
 	DiskDropped     atomic.Int64 // writes dropped because the write queue was full
 	DiskSavedBytes  atomic.Int64 // raw minus stored bytes, over blocks written compressed
-	DiskEntries     atomic.Int64 // gauge: blocks on disk
-	DiskBytes       atomic.Int64 // gauge: bytes on disk
+	// DiskCompressSkipped: blocks written without trying compression, the
+	// write queue backlogged.
+	DiskCompressSkipped atomic.Int64
+	DiskEntries         atomic.Int64 // gauge: blocks on disk
+	DiskBytes           atomic.Int64 // gauge: bytes on disk
 }
 
 // StatsSnapshot is a plain copy of Stats at one moment.
@@ -37,31 +40,33 @@ type StatsSnapshot struct {
 	DiskWriteBytes                                                int64
 	DiskRejected, DiskEvictions, DiskCorruptions, DiskErrors      int64
 	DiskDropped, DiskSavedBytes, DiskEntries, DiskBytes           int64
+	DiskCompressSkipped                                           int64
 }
 
 // Snapshot copies the counters. Each counter is read atomically; the set as
 // a whole is not one consistent cut, which is fine for metrics.
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{
-		RAMHits:         s.RAMHits.Load(),
-		RAMMisses:       s.RAMMisses.Load(),
-		RAMPuts:         s.RAMPuts.Load(),
-		RAMDropped:      s.RAMDropped.Load(),
-		RAMEvictions:    s.RAMEvictions.Load(),
-		RAMBytes:        s.RAMBytes.Load(),
-		DiskHits:        s.DiskHits.Load(),
-		DiskMisses:      s.DiskMisses.Load(),
-		DiskPartHits:    s.DiskPartHits.Load(),
-		DiskReadBytes:   s.DiskReadBytes.Load(),
-		DiskWrites:      s.DiskWrites.Load(),
-		DiskWriteBytes:  s.DiskWriteBytes.Load(),
-		DiskRejected:    s.DiskRejected.Load(),
-		DiskEvictions:   s.DiskEvictions.Load(),
-		DiskCorruptions: s.DiskCorruptions.Load(),
-		DiskErrors:      s.DiskErrors.Load(),
-		DiskDropped:     s.DiskDropped.Load(),
-		DiskSavedBytes:  s.DiskSavedBytes.Load(),
-		DiskEntries:     s.DiskEntries.Load(),
-		DiskBytes:       s.DiskBytes.Load(),
+		RAMHits:             s.RAMHits.Load(),
+		RAMMisses:           s.RAMMisses.Load(),
+		RAMPuts:             s.RAMPuts.Load(),
+		RAMDropped:          s.RAMDropped.Load(),
+		RAMEvictions:        s.RAMEvictions.Load(),
+		RAMBytes:            s.RAMBytes.Load(),
+		DiskHits:            s.DiskHits.Load(),
+		DiskMisses:          s.DiskMisses.Load(),
+		DiskPartHits:        s.DiskPartHits.Load(),
+		DiskReadBytes:       s.DiskReadBytes.Load(),
+		DiskWrites:          s.DiskWrites.Load(),
+		DiskWriteBytes:      s.DiskWriteBytes.Load(),
+		DiskRejected:        s.DiskRejected.Load(),
+		DiskEvictions:       s.DiskEvictions.Load(),
+		DiskCorruptions:     s.DiskCorruptions.Load(),
+		DiskErrors:          s.DiskErrors.Load(),
+		DiskDropped:         s.DiskDropped.Load(),
+		DiskSavedBytes:      s.DiskSavedBytes.Load(),
+		DiskCompressSkipped: s.DiskCompressSkipped.Load(),
+		DiskEntries:         s.DiskEntries.Load(),
+		DiskBytes:           s.DiskBytes.Load(),
 	}
 }

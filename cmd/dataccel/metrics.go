@@ -82,6 +82,7 @@ func (s *mountStats) metrics() []metric {
 		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
 		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
 		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},
+		{"cache_disk_compress_skipped_total", "blocks written raw without trying compression, the write queue backlogged", &c.DiskCompressSkipped, false},
 	}
 }
 
