@@ -208,6 +208,35 @@ func TestEncodeChunks(t *testing.T) {
 	}
 }
 
+// A block of several chunks compressed as one s2 stream, as dataccel
+// wrote compressed blocks before it compressed them chunk by chunk, is
+// still served whole, and never read in part.
+func TestDiskReadsOneStreamRecords(t *testing.T) {
+	dir := t.TempDir()
+	writeMarker(t, dir, markerContent)
+	k := testKey("one stream", 2)
+	const n = 300 << 10
+	b := blockFor(k, n)
+	// Chunks larger than the block: no chunk checksums, one stream.
+	hdr, payload, _ := (&compressor{chunkShift: maxSumShift}).encodeBlock(k, b, true)
+	rec := append(hdr, payload...)
+	if h, err := parseHeader(rec); err != nil || h.flags != flagS2 {
+		t.Fatalf("parseHeader: flags %b, %v; want one s2 stream", h.flags, err)
+	}
+	writeSegment(t, dir, 1, rec)
+	stats := new(Stats)
+	d := openDisk(t, DiskOptions{Dir: dir, MaxBytes: 64 << 20, MinFreeFraction: -1, Stats: stats})
+	if d.ReadPart(k, n, make([]byte, 4096), 70000) {
+		t.Fatal("a record of one s2 stream was read in part")
+	}
+	if got, ok := d.Get(k); !ok || !bytes.Equal(got, b) {
+		t.Fatalf("Get: hit %v, bytes equal %v", ok, bytes.Equal(got, b))
+	}
+	if c := stats.DiskCorruptions.Load(); c != 0 {
+		t.Fatalf("%d corruptions", c)
+	}
+}
+
 // A part read checks the chunks it reads: a flipped bit in one drops the
 // record, which then misses; the chunks before it were served intact. A
 // flipped chunk checksum fails the header's own checksum when the disk
