@@ -605,8 +605,9 @@ type recInfo struct {
 }
 
 // typicalHeader is read first for each record header in a scan: a key of
-// up to 256 bytes and the chunk checksums of an 8 MiB block.
-const typicalHeader = fixedHeader + 256 + 8*(8<<20>>sumShift) + 8
+// up to 256 bytes and the chunk checksums and stored chunk lengths of an
+// 8 MiB block.
+const typicalHeader = fixedHeader + 256 + (8+4)*(8<<20>>sumShift) + 8
 
 // scanEnd says why scanSegment stopped.
 type scanEnd int
