@@ -34,7 +34,7 @@ type DiskOptions struct {
 	// 0 means the default 0.05; a negative value disables the floor.
 	MinFreeFraction float64
 	// Compress stores blocks compressed (s2) when they shrink by >= 12%,
-	// except while the write queue is backlogged (see Backlogged).
+	// except while the write queue holds a quarter of QueueBytes or more.
 	// DefaultDiskOptions turns it on; callers should default it to true.
 	Compress bool
 	// Sync fdatasyncs the segment after each record, before the record
