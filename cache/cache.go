@@ -14,7 +14,10 @@
 // It keeps no package-level state: loggers and Stats are passed in.
 package cache
 
-// Key names one block of one version of an object.
+// Key names one block of one version of an object. Block identifies the
+// block within the object; the cache gives it no meaning (the loader stores
+// where the block starts, so that a cache written under one block size
+// never answers for another).
 type Key struct {
 	Object string
 	ETag   string

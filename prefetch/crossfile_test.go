@@ -269,7 +269,7 @@ func TestAnnouncedPrefetchFromTiers(t *testing.T) {
 	}
 	t.Cleanup(func() { disk.Close() })
 	for i, o := range objs {
-		k, b := key(o, 0), st.data(o.Key)
+		k, b := cache.Key{Object: o.Key, ETag: o.ETag}, st.data(o.Key) // block 0: at offset 0
 		disk.Put(k, b)
 		if i < inRAM {
 			ram.Put(k, b)
@@ -298,7 +298,7 @@ func TestAnnouncedPrefetchFromTiers(t *testing.T) {
 			t.Errorf("%s: on disk only, and not pushed", o.Key)
 		case i >= inRAM && !bytes.Equal(st.data(o.Key)[:held], pc.bytesOf(o)):
 			t.Errorf("%s: wrong bytes pushed", o.Key)
-		case i >= inRAM && ram.Contains(key(o, 0)):
+		case i >= inRAM && ram.Contains(l.key(o, 0)):
 			t.Errorf("%s: promoted to RAM", o.Key)
 		}
 	}

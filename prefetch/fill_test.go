@@ -54,7 +54,7 @@ func TestFill(t *testing.T) {
 		o, _ := st.Stat(ctx, fmt.Sprintf("f%d", i))
 		var got []byte
 		for b := range l.numBlocks(o) {
-			part, ok := tier.Get(key(o, b))
+			part, ok := tier.Get(l.key(o, b))
 			if !ok {
 				t.Fatalf("%s block %d not in the tier", o.Key, b)
 			}
@@ -98,7 +98,7 @@ func TestTierHitKeptForNextPieces(t *testing.T) {
 	const size = 1 << 20 // one block, 8 kernel reads
 	obj := st.add("big", size)
 	tier := &countingTier{mapTier: newMapTier()}
-	tier.Put(key(obj, 0), st.data(obj.Key))
+	tier.Put(cache.Key{Object: obj.Key, ETag: obj.ETag}, st.data(obj.Key))
 	stats := &Stats{}
 	l := newTestLoader(t, st, tier, Options{BlockSize: 8 << 20, Stats: stats})
 	got, err := readAll(context.Background(), l, obj, 128<<10)

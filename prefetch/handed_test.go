@@ -76,7 +76,7 @@ func TestAnnouncedPrefetchSkipsHandedBlocks(t *testing.T) {
 			}
 			t.Cleanup(func() { disk.Close() })
 			for _, o := range objs {
-				disk.Put(key(o, 0), st.data(o.Key))
+				disk.Put(cache.Key{Object: o.Key, ETag: o.ETag}, st.data(o.Key))
 			}
 			disk.Flush()
 			stats := &Stats{}
@@ -110,7 +110,7 @@ func TestAnnouncedPrefetchSkipsHandedBlocks(t *testing.T) {
 				if w == nil {
 					continue
 				}
-				held, peeked := pc.held(o), tier.peeks(key(o, 0))
+				held, peeked := pc.held(o), tier.peeks(l.key(o, 0))
 				switch {
 				case *w && held == 0:
 					t.Errorf("%s: not pushed", o.Key)

@@ -410,7 +410,7 @@ func (l *Loader) pushFromTier(obj store.Object, k cache.Key, data []byte, land l
 // index alone.
 func (l *Loader) Cached(obj store.Object) bool {
 	for i := range l.numBlocks(obj) {
-		if !l.tierHas(key(obj, i)) {
+		if !l.tierHas(l.key(obj, i)) {
 			return false
 		}
 	}
@@ -434,7 +434,7 @@ func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
 	}
 	var err error
 	for i := int64(0); i < l.numBlocks(obj) && err == nil; i++ {
-		if l.tierHas(key(obj, i)) {
+		if l.tierHas(l.key(obj, i)) {
 			l.stats.CacheHits.Add(1)
 			continue
 		}
@@ -486,9 +486,21 @@ func (l *Loader) blockOf(obj store.Object, off int64) int64 {
 	return off / l.opts.BlockSize
 }
 
-func key(obj store.Object, i int64) cache.Key {
-	return cache.Key{Object: obj.Key, ETag: obj.ETag, Block: i}
+// key names block i of obj in the cache tier by where it starts, not by its
+// index: a disk cache outlives a mount, and the next may run with another
+// --block-size, under which block 1 is other bytes of the same length
+// (block 1 of a 12 MiB file is bytes 8-12 MiB under 8 MiB blocks and 4-8
+// MiB under 4 MiB blocks). Blocks that start at the same offset agree on
+// every byte they share, and the length check on every tier read tells
+// them apart. The offset is stored negated: before session 24 dataccel
+// stored the index there, and an old index can equal a new offset.
+func (l *Loader) key(obj store.Object, i int64) cache.Key {
+	off, _ := l.blockRange(obj, i)
+	return cache.Key{Object: obj.Key, ETag: obj.ETag, Block: -off}
 }
+
+// keyOff is the offset in its object of the block k names (see key).
+func keyOff(k cache.Key) int64 { return -k.Block }
 
 // handle is a block a reader is waiting for or holds: either bytes straight
 // from the cache tier, or a reference to a flight.
@@ -521,7 +533,7 @@ func (l *Loader) joinLocked(k cache.Key) *flight {
 // startRead finds block i of obj for a foreground read, starting a fetch if
 // no one holds or fetches it. It does not wait for the fetch.
 func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
-	k := key(obj, i)
+	k := l.key(obj, i)
 	_, n := l.blockRange(obj, i)
 	// Join a flight, else look in the tier (outside the lock: a disk hit
 	// is a read), else start a flight. A flight may finish into the tier
@@ -604,7 +616,7 @@ func (l *Loader) newReadFlightLocked(obj store.Object, i, n int64) *flight {
 // to start. A queued block (one of a run, after its first) counts in
 // pbytes only once its run's GET reaches it. Called with l.mu held.
 func (l *Loader) registerLocked(obj store.Object, i, n int64, prefetch, queued bool) *flight {
-	f := &flight{key: key(obj, i), obj: obj, n: n, prefetch: prefetch, queued: queued, done: make(chan struct{}), refs: 1}
+	f := &flight{key: l.key(obj, i), obj: obj, n: n, prefetch: prefetch, queued: queued, done: make(chan struct{}), refs: 1}
 	if prefetch {
 		f.charge = n + blockOverhead // taken by the caller before
 		l.pflights++
@@ -627,7 +639,7 @@ func (l *Loader) wait(ctx context.Context, h handle) ([]byte, error) {
 	case <-h.f.done:
 		return h.f.data, h.f.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("prefetch: read %q block %d: %w", h.f.key.Object, h.f.key.Block, ctx.Err())
+		return nil, fmt.Errorf("prefetch: read %q block at %d: %w", h.f.key.Object, keyOff(h.f.key), ctx.Err())
 	}
 }
 
@@ -859,7 +871,7 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 }
 
 func (l *Loader) closedErr(f *flight, err error) error {
-	return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", f.key.Object, f.key.Block, ErrClosed, err)
+	return fmt.Errorf("prefetch: fetch %q block at %d: %w (%w)", f.key.Object, keyOff(f.key), ErrClosed, err)
 }
 
 func acquireSlot(ctx context.Context, slots chan struct{}) error {
@@ -872,17 +884,17 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 }
 
 // fetchErr counts the bytes a fetch of block i got and wraps its error.
-func (l *Loader) fetchErr(ctx context.Context, obj store.Object, i int64, got int, err error) error {
+func (l *Loader) fetchErr(ctx context.Context, obj store.Object, off int64, got int, err error) error {
 	l.stats.GetBytes.Add(int64(got))
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil { // the loader is closing, not the store failing
-		return fmt.Errorf("prefetch: fetch %q block %d: %w (%w)", obj.Key, i, ErrClosed, err)
+		return fmt.Errorf("prefetch: fetch %q block at %d: %w (%w)", obj.Key, off, ErrClosed, err)
 	}
 	l.stats.GetErrors.Add(1)
-	l.log.Debug("prefetch: fetch failed", "key", obj.Key, "block", i, "err", err)
-	return fmt.Errorf("prefetch: fetch %q block %d: %w", obj.Key, i, err)
+	l.log.Debug("prefetch: fetch failed", "key", obj.Key, "offset", off, "err", err)
+	return fmt.Errorf("prefetch: fetch %q block at %d: %w", obj.Key, off, err)
 }
 
 // readBlock reads the next n bytes of body, those at off of the object, into
@@ -905,7 +917,7 @@ func readBlock(body io.Reader, off, n int64) ([]byte, error) {
 // one plain GET, which servers may send straight from the file.
 func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
 	obj := run[0].obj
-	off, _ := l.blockRange(obj, run[0].key.Block)
+	off := keyOff(run[0].key)
 	var total int64
 	for _, f := range run {
 		total += f.n
@@ -915,7 +927,7 @@ func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
 	defer l.stats.Inflight.Add(-1)
 	rc, err := st.ReadRange(ctx, obj, off, total)
 	if err != nil {
-		err = l.fetchErr(ctx, obj, run[0].key.Block, 0, err)
+		err = l.fetchErr(ctx, obj, off, 0, err)
 	}
 	for i, f := range run {
 		if f.queued {
@@ -927,7 +939,7 @@ func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
 		var data []byte
 		if err == nil {
 			data, err = readBlock(rc, off, f.n)
-			err = l.fetchErr(ctx, obj, f.key.Block, len(data), err)
+			err = l.fetchErr(ctx, obj, off, len(data), err)
 			off += f.n
 			if err != nil || i == len(run)-1 {
 				rc.Close() // before filing the block: the connection is free
@@ -985,7 +997,7 @@ func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, lan
 // goroutine if it would wait for the run anyway (the planner does: a
 // goroutine per file, and the stack each grows, cost more than the wait).
 func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
-	k := key(obj, i)
+	k := l.key(obj, i)
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
 	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
@@ -1008,7 +1020,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	}
 	// Blocks after i may join the run, up to the first the tier has.
 	last := i + 1
-	for last < end && !l.tierHas(key(obj, last)) {
+	for last < end && !l.tierHas(l.key(obj, last)) {
 		last++
 	}
 	l.mu.Lock()
@@ -1030,7 +1042,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	}
 	run := []*flight{l.registerLocked(obj, i, n, true, false)}
 	for j := i + 1; j < last && l.pflights < l.maxPfetch; j++ {
-		kj := key(obj, j)
+		kj := l.key(obj, j)
 		_, nj := l.blockRange(obj, j)
 		if l.ready[kj] != nil || l.flights[kj] != nil || !l.mem.tryAcquire(nj+blockOverhead) {
 			break

@@ -83,6 +83,29 @@ func TestSingleflight64Readers(t *testing.T) {
 	}
 }
 
+// A cache tier outlives a loader (a disk cache, a remount), and the next
+// may run with another block size: block 1 of a 192 KiB file is bytes
+// 128-192 KiB under 128 KiB blocks and 64-128 KiB under 64 KiB blocks, the
+// same length. Each must get its own bytes; the block both sizes start at
+// 128 KiB is the same block, and served from the tier.
+func TestCacheAcrossBlockSizes(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("d/f", 192<<10)
+	tier := newMapTier()
+	ctx := context.Background()
+	for _, bs := range []int64{128 << 10, 64 << 10, 128 << 10} {
+		stats := &Stats{}
+		l := newTestLoader(t, st, tier, Options{BlockSize: bs, SmallObject: 32 << 10, Stats: stats})
+		got, err := readAll(ctx, l, obj, 16<<10)
+		if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+			t.Fatalf("block size %d KiB: err %v, equal %v", bs>>10, err, bytes.Equal(got, st.data(obj.Key)))
+		}
+		if bs == 64<<10 && stats.CacheHits.Load() == 0 {
+			t.Errorf("block size 64 KiB: no hit for the block at 128 KiB")
+		}
+	}
+}
+
 func TestCachedBlockIsNotFetchedAgain(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("d/f", 300<<10)
@@ -93,7 +116,7 @@ func TestCachedBlockIsNotFetchedAgain(t *testing.T) {
 	if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
 		t.Fatalf("first read: err %v, equal %v", err, bytes.Equal(got, st.data(obj.Key)))
 	}
-	if _, ok := tier.Get(cache.Key{Object: obj.Key, ETag: obj.ETag, Block: 2}); !ok {
+	if _, ok := tier.Get(l1.key(obj, 2)); !ok {
 		t.Fatal("block 2 not put in the tier")
 	}
 	before := st.gets.Load()
@@ -150,7 +173,7 @@ func TestCancelledReaderDoesNotFailOthers(t *testing.T) {
 	if !bytes.Equal(pB, st.data(obj.Key)[50:150]) {
 		t.Error("B: wrong bytes")
 	}
-	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(key(obj, 0)); return ok })
+	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(l.key(obj, 0)); return ok })
 	if n := st.gets.Load(); n != 1 {
 		t.Errorf("GETs = %d, want 1", n)
 	}
@@ -175,7 +198,7 @@ func TestCancelledSoleReaderStillFillsCache(t *testing.T) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 	close(st.gate)
-	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(key(obj, 0)); return ok })
+	waitFor(t, "tier fill", func() bool { _, ok := tier.Get(l.key(obj, 0)); return ok })
 }
 
 func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
@@ -209,7 +232,7 @@ func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
 					t.Errorf("waiter: err %v, want %v", err, tc.err)
 				}
 			}
-			if _, ok := tier.Get(key(obj, 0)); ok {
+			if _, ok := tier.Get(l.key(obj, 0)); ok {
 				t.Error("failed fetch was cached")
 			}
 			// Not cached: the next read fetches again, and succeeds now.

@@ -54,7 +54,7 @@ type toucher interface {
 // (startRead): the read wants all of it, or someone fetches it or holds it
 // ready.
 func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64, fetch bool) (bool, error) {
-	k := key(obj, i)
+	k := l.key(obj, i)
 	bOff, n := l.blockRange(obj, i)
 	if int64(len(p)) == n {
 		return false, nil

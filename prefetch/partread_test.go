@@ -22,9 +22,9 @@ func TestRandomReaderReadsPartsFromDisk(t *testing.T) {
 	obj := st.add("records.bin", 32*bs+12345)
 	src := st.data(obj.Key)
 	disk, ram, cstats := newDiskTiers(t, 64<<20, 64<<20)
-	putBlocks(disk, obj, src, bs, 33)
 	stats := &Stats{}
 	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, Stats: stats})
+	putBlocks(l, disk, obj, src, bs, 33)
 	ctx := context.Background()
 
 	// A reader that comes back to offset 0 (a header or meta page: LMDB,
@@ -163,10 +163,10 @@ func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
 	obj := st.add("records.bin", blocks*bs)
 	src := st.data(obj.Key)
 	disk, ram, cstats := newDiskTiers(t, 17*bs, 4*bs)
-	putBlocks(disk, old, st.data(old.Key), bs, 16)
-	held := cstats.Snapshot().DiskEntries
 	stats := &Stats{}
 	l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, Stats: stats})
+	putBlocks(l, disk, old, st.data(old.Key), bs, 16)
+	held := cstats.Snapshot().DiskEntries
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	readRandom := func(reads int) (read int64) {
@@ -200,7 +200,7 @@ func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
 	disk.Flush()
 	kept := 0
 	for b := range int64(blocks) {
-		if disk.Contains(key(obj, b)) {
+		if disk.Contains(l.key(obj, b)) {
 			kept++
 		}
 	}
@@ -309,9 +309,9 @@ func TestStreamFromDiskReadsEachBlockOnce(t *testing.T) {
 			obj := st.add("shard.tar", blocks*bs)
 			src := st.data(obj.Key)
 			disk, ram, cstats := newDiskTiers(t, 64<<20, 2*bs) // RAM: room for two blocks
-			putBlocks(disk, obj, src, bs, blocks)
 			stats := &Stats{}
 			l := newTestLoader(t, st, cache.NewTiered(ram, disk), Options{BlockSize: bs, ReadAhead: 4, MemoryBudget: 8 * (bs + blockOverhead), Stats: stats})
+			putBlocks(l, disk, obj, src, bs, blocks)
 			if tc.busy && !l.mem.tryAcquire(l.mem.limit) {
 				t.Fatal("budget not free at the start")
 			}
@@ -365,10 +365,10 @@ func newDiskTiers(t *testing.T, diskBytes, ramBytes int64) (*cache.Disk, *cache.
 }
 
 // putBlocks writes blocks [0, n) of obj (bs bytes each, from src) to disk,
-// one at a time: none dropped from the write queue.
-func putBlocks(disk *cache.Disk, obj store.Object, src []byte, bs, n int64) {
+// one at a time, under l's keys: none dropped from the write queue.
+func putBlocks(l *Loader, disk *cache.Disk, obj store.Object, src []byte, bs, n int64) {
 	for b := range n {
-		disk.Put(key(obj, b), src[b*bs:min((b+1)*bs, int64(len(src)))])
+		disk.Put(l.key(obj, b), src[b*bs:min((b+1)*bs, int64(len(src)))])
 		disk.Flush()
 	}
 }

@@ -64,7 +64,7 @@ func (l *Loader) pusher() {
 	for {
 		select {
 		case p := <-l.pushq:
-			off, _ := l.blockRange(p.f.obj, p.f.key.Block)
+			off := keyOff(p.f.key)
 			if data := pushedPart(p.f, off); len(data) > 0 {
 				l.pushed(p.f, data, p.pc.Store(p.f.obj, off, data))
 			} else {
@@ -117,6 +117,6 @@ func (l *Loader) pushed(f *flight, data []byte, err error) {
 		l.mem.release(charge)
 	}
 	if err != nil {
-		l.log.Debug("prefetch: block not pushed to the page cache", "key", f.key.Object, "block", f.key.Block, "err", err)
+		l.log.Debug("prefetch: block not pushed to the page cache", "key", f.key.Object, "offset", keyOff(f.key), "err", err)
 	}
 }

@@ -58,7 +58,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// reads the part it wants then).
 	acc := r.readAhead(off, end, last)
 	for b := first + 1; b <= last; b++ {
-		if acc == streams || !l.cacheFull() && !l.tierHas(key(r.obj, b)) {
+		if acc == streams || !l.cacheFull() && !l.tierHas(l.key(r.obj, b)) {
 			l.startPrefetch(r.obj, b, false, landReady, nil)
 		}
 	}
@@ -174,7 +174,7 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 			return nil, err
 		}
 		if part {
-			l.handed.mark(key(r.obj, b), hi-lo)
+			l.handed.mark(l.key(r.obj, b), hi-lo)
 			return dst[:hi-lo], nil
 		}
 	}
@@ -200,7 +200,7 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 		mode = relConsumed
 	}
 	l.release(h, mode)
-	l.handed.mark(key(r.obj, b), hi-lo) // the kernel keeps what a read returns
+	l.handed.mark(l.key(r.obj, b), hi-lo) // the kernel keeps what a read returns
 	return data[lo:hi:hi], nil
 }
 

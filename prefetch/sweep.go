@@ -164,7 +164,7 @@ func (s *sweeper) worker() {
 		}
 		land := landing(0)
 		for b, nb := int64(0), l.numBlocks(obj); b < nb; {
-			if l.tierHas(key(obj, b)) {
+			if l.tierHas(l.key(obj, b)) {
 				b++ // cached by an earlier epoch or mount: no read, no GET
 				continue
 			}

@@ -188,7 +188,6 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 	objs := append(append([]store.Object(nil), small...), whole, holed, failed)
 	slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
 	tier := indexedTier{newMapTier()}
-	tier.Put(key(holed, 2), content(st.seeds[holed.Key], 2*block, block))
 	st.fail = func(obj store.Object) error {
 		if obj.Key == failed.Key {
 			return fmt.Errorf("injected: %w", store.ErrChanged)
@@ -196,6 +195,7 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 		return nil
 	}
 	l := newTestLoader(t, st, tier, Options{CrossFile: true, SweepBytes: 1 << 30, BlockSize: block, Workers: 4})
+	tier.Put(l.key(holed, 2), content(st.seeds[holed.Key], 2*block, block))
 	l.SetSiblings(dirSiblings{objs: objs})
 	for _, o := range small[:2] {
 		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
@@ -204,7 +204,7 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 	}
 	waitFor(t, "sweep", func() bool {
 		return len(st.getsOf(whole.Key)) >= 1 && len(st.getsOf(holed.Key)) >= 2 && len(st.getsOf(failed.Key)) >= 1 &&
-			tier.Contains(key(whole, 5)) && tier.Contains(key(holed, 5))
+			tier.Contains(l.key(whole, 5)) && tier.Contains(l.key(holed, 5))
 	})
 	type rng struct{ off, n int64 }
 	ranges := func(k string) []rng {
@@ -222,7 +222,7 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 		t.Errorf("GETs of %s: %v, want %v", holed.Key, got, want)
 	}
 	for b := int64(0); b < 6; b++ {
-		if tier.Contains(key(failed, b)) {
+		if tier.Contains(l.key(failed, b)) {
 			t.Errorf("block %d of the failed file was cached", b)
 		}
 	}

@@ -215,6 +215,33 @@ func TestRestartServesFromCache(t *testing.T) {
 	}
 }
 
+// TestRemountWithOtherBlockSize: the disk cache outlives the mount, and the
+// next may run with another --block-size. Under 128 KiB blocks, block 1 of
+// a 192 KiB file is its last 64 KiB; under 64 KiB blocks, block 1 is its
+// middle 64 KiB, the same length: the remount must read the file's own
+// bytes, and the block both sizes start at 128 KiB comes from the disk.
+func TestRemountWithOtherBlockSize(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := map[string][]byte{"f.bin": make([]byte, 192<<10)}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range files["f.bin"] {
+		files["f.bin"][i] = byte(r.Uint32())
+	}
+	if _, err := st.Put(context.Background(), "ds/f.bin", bytes.NewReader(files["f.bin"]), 192<<10); err != nil {
+		t.Fatal(err)
+	}
+	cacheDir := t.TempDir()
+	for i, bs := range []string{"128KiB", "64KiB"} {
+		m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--ram-cache-size", "0",
+			"--block-size", bs, "s3://"+st.Bucket()+"/ds")
+		readAllFiles(t, m.dir, files)
+		if s := m.stats(t); i == 1 && s["cache_disk_hits_total"] == 0 {
+			t.Errorf("block size %s: no disk hit for the block at 128 KiB", bs)
+		}
+		m.unmount(t)
+	}
+}
+
 // TestAnnouncedEpochIsPushed: with an announced order, prefetch puts the
 // files it fetches ahead straight into the kernel's page cache, the
 // leading blocks of multi-block files too (at their offsets); every file
