@@ -883,7 +883,8 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 	}
 }
 
-// fetchErr counts the bytes a fetch of block i got and wraps its error.
+// fetchErr counts the bytes a fetch of the block at off got and wraps its
+// error.
 func (l *Loader) fetchErr(ctx context.Context, obj store.Object, off int64, got int, err error) error {
 	l.stats.GetBytes.Add(int64(got))
 	if err == nil {
