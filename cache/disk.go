@@ -841,8 +841,8 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		marked = append(marked, id)
 		d.mu.Unlock()
 
-		// Compression yields to a backlog: s2 takes a core for every few
-		// hundred MB/s, and a block written raw beats one dropped.
+		// Compression yields to a backlog: it costs the CPU a writer needs
+		// to keep up, and a block written raw beats one dropped.
 		compress := d.opts.Compress
 		if compress && d.queued(4) {
 			compress = false

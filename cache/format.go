@@ -393,9 +393,10 @@ func parseHeader(buf []byte) (recHeader, error) {
 	h.etag = buf[fixedHeader+ol : fixedHeader+ol+el]
 	if h.flags&flagSums != 0 {
 		h.sumShift = buf[6]
-		h.sums = buf[fixedHeader+ol+el : fixedHeader+ol+el+8*uint64(numChunks(h.rawLen, h.sumShift))]
+		sums := fixedHeader + ol + el
+		h.sums = buf[sums : sums+8*uint64(numChunks(h.rawLen, h.sumShift))]
 		if h.flags&flagS2Chunks != 0 {
-			h.clens = buf[fixedHeader+ol+el+uint64(len(h.sums)) : n]
+			h.clens = buf[sums+uint64(len(h.sums)) : n]
 		}
 	}
 	h.headerLen = hl
@@ -448,46 +449,56 @@ func (h *recHeader) chunkSpan(first, last int) (off, n int64) {
 	return off, n
 }
 
-// checkStoredChunks checks that each compressed chunk of the payload of a
-// flagS2Chunks record says it decodes to its chunk's raw length.
+// checkStoredChunks checks, before anything is allocated for the raw
+// bytes, that every chunk of the payload of a flagS2Chunks record is there
+// and, compressed, says it decodes to its chunk's raw length.
 func checkStoredChunks(payload []byte, h *recHeader) error {
 	size := uint64(1) << h.sumShift
-	for i := 0; i < len(h.clens)/4; i++ {
-		n := int(binary.LittleEndian.Uint32(h.clens[4*i:]))
-		want := min(size, h.rawLen-uint64(i)*size)
-		if n > len(payload) {
-			return fmt.Errorf("%w: chunk %d short", errCorrupt, i)
+	for c := range len(h.clens) / 4 {
+		chunk, _, err := storedChunk(payload, c, int(min(size, h.rawLen-uint64(c)*size)), h)
+		if err != nil {
+			return err
 		}
-		if uint64(n) < want {
-			if l, err := s2.DecodedLen(payload[:n]); err != nil || uint64(l) != want {
-				return fmt.Errorf("%w: chunk %d compressed length", errCorrupt, i)
-			}
-		}
-		payload = payload[n:]
+		payload = payload[len(chunk):]
 	}
 	return nil
 }
 
+// storedChunk returns chunk c of a flagS2Chunks record from stored, which
+// starts with it, and whether it is compressed: stored at its raw length
+// want it is raw, shorter it must say it decodes to want bytes.
+func storedChunk(stored []byte, c, want int, h *recHeader) (chunk []byte, compressed bool, err error) {
+	n := int(binary.LittleEndian.Uint32(h.clens[4*c:]))
+	if n > len(stored) {
+		return nil, false, fmt.Errorf("%w: chunk %d short", errCorrupt, c)
+	}
+	if n == want {
+		return stored[:n], false, nil
+	}
+	if l, err := s2.DecodedLen(stored[:n]); err != nil || l != want {
+		return nil, false, fmt.Errorf("%w: chunk %d compressed length", errCorrupt, c)
+	}
+	return stored[:n], true, nil
+}
+
 // decodeChunks decodes the stored chunks from first on, back to back in
 // stored, into raw, which ends at a chunk boundary or at the end of the
-// block; a chunk stored at its raw length is copied.
+// block.
 func decodeChunks(raw, stored []byte, first int, h *recHeader) error {
 	size := 1 << h.sumShift
 	for i := 0; i < len(raw); i += size {
 		c := first + i>>h.sumShift
-		n := int(binary.LittleEndian.Uint32(h.clens[4*c:]))
 		want := raw[i:min(i+size, len(raw))]
-		if n > len(stored) {
-			return fmt.Errorf("%w: chunk %d short", errCorrupt, c)
+		chunk, compressed, err := storedChunk(stored, c, len(want), h)
+		if err != nil {
+			return err
 		}
-		if n == len(want) {
-			copy(want, stored[:n])
-		} else if l, err := s2.DecodedLen(stored[:n]); err != nil || l != len(want) {
-			return fmt.Errorf("%w: chunk %d compressed length", errCorrupt, c)
-		} else if _, err := s2.Decode(want, stored[:n]); err != nil {
+		if !compressed {
+			copy(want, chunk)
+		} else if _, err := s2.Decode(want, chunk); err != nil {
 			return fmt.Errorf("%w: chunk %d: decompress: %v", errCorrupt, c, err)
 		}
-		stored = stored[n:]
+		stored = stored[len(chunk):]
 	}
 	return nil
 }

@@ -492,8 +492,8 @@ func (l *Loader) blockOf(obj store.Object, off int64) int64 {
 // (block 1 of a 12 MiB file is bytes 8-12 MiB under 8 MiB blocks and 4-8
 // MiB under 4 MiB blocks). Blocks that start at the same offset agree on
 // every byte they share, and the length check on every tier read tells
-// them apart. The offset is stored negated: before session 24 dataccel
-// stored the index there, and an old index can equal a new offset.
+// them apart. The offset is stored negated: older versions stored the
+// index there, and an old index can equal a new offset.
 func (l *Loader) key(obj store.Object, i int64) cache.Key {
 	off, _ := l.blockRange(obj, i)
 	return cache.Key{Object: obj.Key, ETag: obj.ETag, Block: -off}
