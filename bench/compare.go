@@ -36,6 +36,9 @@ type CompareSummary struct {
 	PythonOpenWarmS map[string]float64 `json:"python_open_warm_s"`
 	AfterWarmS      map[string]float64 `json:"after_warm_s"` // warm (the `dataccel warm` run), epoch, direct
 	List10kS        map[string]float64 `json:"list_10k_s"`
+	// WalkS: the bench's own walk of the dataset (every directory listed,
+	// every file's size) before phase A's first epoch, cold, by path.
+	WalkS map[string]float64 `json:"walk_s"`
 	// RunsS holds every run behind a median: phase (the keys above without
 	// _s) -> path -> seconds.
 	RunsS         map[string]map[string][]float64 `json:"runs_s"`
@@ -204,6 +207,15 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	if a := s.List10kS; len(a) > 0 {
 		fmt.Fprintf(&b, "list 10k dir           dataccel %s%s  s3fs %s  rclone %s%s\n", sec3(a["dataccel"]),
 			s.rangeText("list_10k", "dataccel", sec3), sec3(a["s3fs"]), sec3(a["rclone"]), s.rangeText("list_10k", "rclone", sec3))
+	}
+	if a := s.WalkS; len(a) > 0 {
+		b.WriteString("walk the dataset      ")
+		for _, k := range compareRoles {
+			if v, ok := a[k]; ok {
+				fmt.Fprintf(&b, " %s %s%s", k, sec3(v), s.rangeText("walk", k, sec3))
+			}
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "dataccel peak RSS      %.0f MiB (RAM cache %.0f MiB)\n", s.PeakRSSMiB, s.RAMCacheMiB)
 	if f := s.FreshMemory; len(f) > 0 {
@@ -391,6 +403,7 @@ func (s *CompareSummary) timeRows() []hbar {
 	add("warm re-read, peers unmounted", "alone_warm", s.AloneWarmS, []string{"dataccel", "local"}, nil)
 	add("warm re-read, Python open()", "python_open_warm", s.PythonOpenWarmS, []string{"dataccel", "local"}, nil)
 	add("listing a 10,000-file directory", "list_10k", s.List10kS, []string{"dataccel", "s3fs", "rclone"}, nil)
+	add("walking the dataset", "walk", s.WalkS, compareRoles, nil)
 	return rows
 }
 

@@ -4,7 +4,8 @@
 # epoch that is not measured (dataccel and direct GETs: the machine settles after the build), then
 #   A. cold and warm epochs, shuffled, no announcement, READERS readers, measured with
 #      `dataccel bench run` over every mount in turn (A B A B), beside direct GETs (the network
-#      ceiling) and a copy of the dataset on local disk;
+#      ceiling) and a copy of the dataset on local disk; each path's walk of the dataset (the
+#      bench lists every directory before its first epoch) is reported for reference;
 #   B. a cold epoch through a fresh dataccel mount with the order announced, beside direct GETs,
 #      then the warm re-read beside the local disk's (no peer mounted);
 #   C. listing a 10,000-file directory on fresh mounts (REPEATS times; s3fs once);
@@ -238,6 +239,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     elif test("/mnt-rclone/") then "rclone" elif startswith("s3://") then "direct" else "local" end;
   # every run of one path of a phase, epoch $i
   def runs($phase; $who; $i): [$phase[0][] | .paths[] | select((.path | role) == $who) | ep($i)];
+  # every walk of the dataset (the bench lists it before its first epoch) by one path of a phase
+  def walks($phase; $who): [$phase[0][] | .paths[] | select((.path | role) == $who) | .list_s];
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def medians: with_entries(.value |= with_entries(.value |= median));
   ($eoff[0].paths[0]) as $Eoff | ($edir[0].paths[0]) as $Edir | ($eann[0].paths[0]) as $Eann |
@@ -247,14 +250,15 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     alone_warm: {dataccel: runs($b; "dataccel"; 1), local: runs($b; "local"; 1)},
     python_open_warm: {dataccel: runs($p; "dataccel"; 0), local: runs($p; "local"; 0)},
     after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)},
-    list_10k: {dataccel: $list_dc, s3fs: $list_s3fs, rclone: $list_rc} } as $runs |
+    list_10k: {dataccel: $list_dc, s3fs: $list_s3fs, rclone: $list_rc},
+    walk: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: walks($a; .)}) | from_entries) } as $runs |
   ($runs | medians) as $m |
   { command: $command,
     dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
       readers: ($readers|tonumber), batch: ($batch|tonumber), repeats: ($repeats|tonumber)},
     cold_s: $m.cold, warm_s: $m.warm, announced_cold_s: $m.announced_cold, alone_warm_s: $m.alone_warm, python_open_warm_s: $m.python_open_warm, after_warm_s: $m.after_warm,
     runs_s: $runs,
-    list_10k_s: $m.list_10k,
+    list_10k_s: $m.list_10k, walk_s: $m.walk,
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
     host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
@@ -271,6 +275,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
       {name: "warm: x local-disk re-read, peers mounted beside", value: (.warm_s.local / .warm_s.dataccel)},
       {name: "warm, Python open(): x local-disk re-read", value: (.python_open_warm_s.local / .python_open_warm_s.dataccel)},
       {name: "listing 10k: x s3fs", value: (.list_10k_s.s3fs / .list_10k_s.dataccel), min: 10},
+      {name: "walking the dataset: x the faster peer", value: (([.walk_s.s3fs, .walk_s.rclone]|min) / .walk_s.dataccel)},
       {name: "peak RSS - RAM cache, MiB", value: (.dataccel_peak_rss_mib - .ram_cache_mib), max: 300},
       {name: "4 readers: announced x prefetch off", value: (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced), min: 3} ]' > "$OUT/summary.json"
 rm -f "$OUT"/*-runs.tmp

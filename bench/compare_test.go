@@ -104,6 +104,34 @@ func TestCompareText(t *testing.T) {
 	}
 }
 
+// A summary with the walk of the dataset (newer than the fixture) shows it
+// as a line with each path's time and range, and as one bar per path.
+func TestCompareWalk(t *testing.T) {
+	s := readCompareFixture(t)
+	if s.WalkS != nil {
+		t.Fatal("the fixture has walk times: this test adds its own")
+	}
+	var before bytes.Buffer
+	if err := s.WriteHTML(&before); err != nil {
+		t.Fatal(err)
+	}
+	s.WalkS = map[string]float64{"dataccel": 0.283, "s3fs": 11.193, "rclone": 1.738}
+	s.RunsS["walk"] = map[string][]float64{"dataccel": {0.27, 0.283, 0.31}, "rclone": {1.7, 1.738, 1.9}}
+	var text, page bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if want := "walk the dataset       dataccel 0.283 [0.27-0.31] s3fs 11.193 rclone 1.738 [1.7-1.9]\n"; !strings.Contains(text.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, text.String())
+	}
+	if got := strings.Count(page.String(), `class="bar"`) - strings.Count(before.String(), `class="bar"`); got != 3 {
+		t.Errorf("%d more bars with the walk, want 3", got)
+	}
+}
+
 // The summary says when the host pages out idle page cache (DAMON), and
 // says nothing of it otherwise.
 func TestCompareDAMONPageout(t *testing.T) {

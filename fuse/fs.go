@@ -71,6 +71,9 @@ type Config struct {
 	// Preload: directory listings saved by an earlier mount (a manifest),
 	// installed before the mount serves.
 	Preload []store.ManifestDir
+	// ListAhead is how many LISTs at a time list the rest of a directory's
+	// subdirectories once a walker has listed two of them; 0 turns it off.
+	ListAhead int
 }
 
 // FS is the mounted filesystem's state shared by all nodes.
@@ -80,6 +83,8 @@ type FS struct {
 	log     *slog.Logger
 	mounted time.Time
 	root    *dirNode // set once by New, before the mount serves
+	walk    *walkAhead
+	stop    context.CancelFunc // ends the mount's background work
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -132,7 +137,10 @@ func newFS(cfg Config) *FS {
 	if cfg.MetadataTTL <= 0 {
 		cfg.MetadataTTL = time.Hour
 	}
-	return &FS{cfg: cfg, ns: newNamespace(cfg.Store, cfg.MetadataTTL, cfg.Logger), log: cfg.Logger, mounted: time.Now()}
+	ctx, stop := context.WithCancel(context.Background())
+	ns := newNamespace(cfg.Store, cfg.MetadataTTL, cfg.Logger)
+	return &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
+		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop}
 }
 
 // Next returns up to n files that follow key in its directory's listing
@@ -263,6 +271,9 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	l, err := d.fsys.ns.list(ctx, d.key)
 	if err != nil {
 		return nil, d.fsys.fail("readdir", d.key, err)
+	}
+	if !d.IsRoot() {
+		d.fsys.walk.listed(d.key)
 	}
 	out := make([]gofuse.DirEntry, 0, len(l.entries))
 	for _, e := range l.entries {

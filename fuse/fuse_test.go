@@ -131,7 +131,9 @@ func TestTree(t *testing.T) {
 	objs["other/file"] = []byte("not visible")
 	putAll(t, st, objs)
 
-	mnt := mountT(t, st, "data/", time.Hour)
+	// Walked with the listing ahead on: each directory is still listed once.
+	counting := store.NewCounting(st)
+	mnt := mountCfg(t, Config{Store: counting, Prefix: "data/", MetadataTTL: time.Hour, ListAhead: 8}).Dir
 
 	got := map[string]bool{}
 	var dirs []string
@@ -168,6 +170,9 @@ func TestTree(t *testing.T) {
 	}
 	if len(dirs) < 20 {
 		t.Errorf("only %d directories", len(dirs))
+	}
+	if n := counting.C.Lists.Load(); n != int64(len(dirs)) {
+		t.Errorf("%d LISTs for a walk of %d directories, want one each", n, len(dirs))
 	}
 	// stat: size of a file
 	fi, err := os.Stat(filepath.Join(mnt, "class05/img0007.jpg"))

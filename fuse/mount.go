@@ -214,8 +214,10 @@ func New(dir string, cfg Config) (*Mount, error) {
 	}
 	server, err := gofs.Mount(abs, root, opts)
 	if err != nil {
+		fsys.stop()
 		return nil, fmt.Errorf("mount %s: %w", abs, err)
 	}
+	go func() { server.Wait(); fsys.stop() }() // however the mount ends
 	if err := raiseReadAhead(abs, maxReadAhead); err != nil {
 		fsys.log.Debug("kernel read-ahead left at its default", "mountpoint", abs, "err", err)
 	}

@@ -100,6 +100,7 @@ func TestMountErrors(t *testing.T) {
 		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "not accepted as flags"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
+		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},
 		{name: "tiny prefetch-inflight", args: []string{"mount", "--prefetch-inflight", "4KiB", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--prefetch-inflight"},
 	}
 	for _, tc := range tests {
@@ -199,7 +200,7 @@ func TestWarmHelp(t *testing.T) {
 		}
 	}
 	for _, flag := range []string{"--allow-other", "--prefetch-push", "--prefetch-inflight", "--prefetch-memory",
-		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl"} {
+		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead"} {
 		if strings.Contains(string(out), flag+" ") {
 			t.Errorf("warm --help lists the mount-only flag %s", flag)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,6 +109,45 @@ func TestPlanSharesRAM(t *testing.T) {
 			}
 			if p.prefetchMem != tc.want {
 				t.Fatalf("prefetch memory %d MiB, want %d MiB", p.prefetchMem/mib, tc.want/mib)
+			}
+		})
+	}
+}
+
+// TestTinyCacheWarns: a cache bound under eight blocks is allowed with a
+// warning that names the flag; sizes that hold blocks, and a RAM cache
+// turned off, warn of nothing.
+func TestTinyCacheWarns(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // flags named by the warnings
+	}{
+		{[]string{"--cache-size", "1KiB"}, []string{"--cache-size 1KiB"}},
+		{[]string{"--cache-size", "63MiB"}, []string{"--cache-size 63MiB"}},
+		{[]string{"--cache-size", "64MiB"}, nil},
+		{[]string{"--cache-size", "1MiB", "--block-size", "64KiB"}, nil},
+		{[]string{"--ram-cache-size", "3MiB", "--cache-size", "1GiB"}, []string{"--ram-cache-size 3MiB"}},
+		{[]string{"--ram-cache-size", "0", "--cache-size", "1KiB"}, []string{"--cache-size 1KiB"}},
+		{[]string{"--ram-cache-size", "1KiB", "--cache-size", "2KiB"}, []string{"--ram-cache-size 1KiB", "--cache-size 2KiB"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var f mountFlags
+			cmd := &cobra.Command{}
+			f.register(cmd)
+			if err := cmd.Flags().Parse(append([]string{"--cache-dir", t.TempDir(), "--ram-cache-size", "1GiB"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			p, err := f.plan("s3://bucket/prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.warnings) != len(tc.want) {
+				t.Fatalf("warnings %q, want %d naming %q", p.warnings, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(p.warnings[i], w+" is less than 8 blocks") {
+					t.Errorf("warning %q does not name %q", p.warnings[i], w)
+				}
 			}
 		})
 	}

@@ -42,6 +42,7 @@ type mountFlags struct {
 	cacheCompress bool
 
 	maxInflight      int
+	listAhead        int
 	prefetch         string
 	prefetchMemory   string
 	prefetchInflight string
@@ -65,6 +66,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories")
 	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories")
 	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted before re-listing (datasets rarely change under training)")
+	fl.IntVar(&f.listAhead, "list-ahead", 16, "LISTs at a time that list the rest of a directory's subdirectories once a walker (find, os.walk, ImageFolder) has listed two of them; 0 turns it off")
 	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
 	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
 
@@ -124,6 +126,7 @@ type mountPlan struct {
 	crossFile         bool
 	manifestMode      string
 	prefetchListPaths []byte
+	warnings          []string // flags that are valid but most likely not what was meant
 }
 
 func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
@@ -141,6 +144,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	}
 	if f.uid < 0 || f.gid < 0 {
 		return p, usageError{errors.New("--uid and --gid must not be negative")}
+	}
+	if f.listAhead < 0 || f.listAhead > 256 {
+		return p, usageError{fmt.Errorf("--list-ahead %d: want 0..256", f.listAhead)}
 	}
 	if f.maxInflight < 1 || f.maxInflight > 4096 {
 		return p, usageError{fmt.Errorf("--max-inflight %d: want 1..4096", f.maxInflight)}
@@ -173,6 +179,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	} else if p.ramBytes, err = cache.ParseSizeOrPercent(ram, mem); err != nil {
 		return p, bad("ram-cache-size", err)
 	}
+	if p.ramBytes > 0 && p.ramBytes < tinyCacheBlocks*p.blockSize {
+		p.warnings = append(p.warnings, tinyCache("ram-cache-size", ram, f.blockSize, "RAM"))
+	}
 	// Blocks read ahead or in flight take their room from the RAM cache
 	// (the loader reserves it there), so that the mount's blocks stay
 	// within --ram-cache-size: up to half of it, but room for eight blocks
@@ -204,6 +213,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		disk := int64(sfs.Blocks) * int64(sfs.Bsize)
 		if p.cacheBytes, err = cache.ParseSizeOrPercent(f.cacheSize, disk); err != nil || p.cacheBytes <= 0 {
 			return p, bad("cache-size", fmt.Errorf("%q: want a positive size or share", f.cacheSize))
+		}
+		if p.cacheBytes < tinyCacheBlocks*p.blockSize {
+			p.warnings = append(p.warnings, tinyCache("cache-size", f.cacheSize, f.blockSize, "disk"))
 		}
 		minFree, err := cache.ParseSizeOrPercent(f.cacheMinFree, disk)
 		if err != nil || minFree < 0 {
@@ -238,10 +250,23 @@ func totalMemory() int64 {
 	return mem
 }
 
+// tinyCacheBlocks: a cache bound under this many blocks keeps almost
+// nothing, which is more likely a unit typed wrong (1KiB for 1TiB) than
+// meant; it is allowed (tests and experiments use it) with a warning.
+const tinyCacheBlocks = 8
+
+func tinyCache(flag, value, block, tier string) string {
+	return fmt.Sprintf("--%s %s is less than %d blocks of --block-size %s: the %s cache will keep almost nothing",
+		flag, value, tinyCacheBlocks, block, tier)
+}
+
 func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, dir string) error {
 	p, err := f.plan(rawURL)
 	if err != nil {
 		return err
+	}
+	for _, w := range p.warnings {
+		logger.Warn(w)
 	}
 	// Check the mountpoint before contacting the store: it is cheaper and
 	// the more likely mistake.
@@ -325,6 +350,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		Debug:       f.debugFUSE,
 		Control:     control{loader: loader, stats: stats},
 		Preload:     preload,
+		ListAhead:   f.listAhead,
 	})
 	if err != nil {
 		return err

@@ -56,7 +56,8 @@ non-zero and lists what failed.`,
 	}
 	f.mount.register(cmd)
 	for _, name := range []string{"allow-other", "uid", "gid", "metadata-ttl", "debug-fuse", "prefetch", "prefetch-memory",
-		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight"} {
+		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight",
+		"list-ahead"} {
 		cmd.Flags().MarkHidden(name)
 	}
 	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory)")
@@ -115,6 +116,9 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	p, err := f.mount.plan(rawURL)
 	if err != nil {
 		return err
+	}
+	for _, w := range p.warnings {
+		logger.Warn(w)
 	}
 	want, err := readList(f.list)
 	if err != nil {

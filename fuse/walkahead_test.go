@@ -1,0 +1,174 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// listCounter is a memStore that counts LISTs by prefix and the most in
+// flight at once, takes delay for each, and fails those fail says to.
+type listCounter struct {
+	memStore
+	delay time.Duration
+	fail  func(prefix string) bool
+
+	mu       sync.Mutex
+	lists    map[string]int // guarded by mu
+	inflight int            // guarded by mu
+	most     int            // guarded by mu
+}
+
+func newListCounter(dirs, files int, delay time.Duration) *listCounter {
+	objs := map[string][]byte{"other/x/f": []byte("o")}
+	for d := range dirs {
+		for f := range files {
+			objs[fmt.Sprintf("ds/d%02d/f%d", d, f)] = []byte(fmt.Sprintf("%d-%d", d, f))
+		}
+	}
+	return &listCounter{memStore: memStore{objs: objs}, delay: delay, lists: map[string]int{}}
+}
+
+func (c *listCounter) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	c.mu.Lock()
+	c.lists[prefix]++
+	c.inflight++
+	c.most = max(c.most, c.inflight)
+	c.mu.Unlock()
+	defer func() { c.mu.Lock(); c.inflight--; c.mu.Unlock() }()
+	time.Sleep(c.delay)
+	if c.fail != nil && c.fail(prefix) {
+		return errors.New("injected LIST failure")
+	}
+	return c.memStore.List(ctx, prefix, recursive, fn)
+}
+
+func (c *listCounter) counts() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.lists))
+	for k, v := range c.lists {
+		out[k] = v
+	}
+	return out, c.most
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// walk lists every directory under root, as find does, and counts files.
+func walk(t *testing.T, root string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWalkAhead: a walker's second subdirectory of one directory lists the
+// rest of them ahead of it, parallel at a time and each once; one readdir
+// of a subdirectory lists nothing ahead, nor does a walk list other parents'
+// subdirectories; with ListAhead 0 the walker lists one directory at a time.
+func TestWalkAhead(t *testing.T) {
+	const dirs, parallel = 30, 4
+	for _, c := range []struct {
+		name      string
+		listAhead int
+	}{{"on", parallel}, {"off", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newListCounter(dirs, 2, 10*time.Millisecond)
+			m := mountCfg(t, Config{Store: st, ListAhead: c.listAhead})
+			ds := filepath.Join(m.Dir, "ds")
+			if _, err := os.ReadDir(filepath.Join(ds, "d00")); err != nil {
+				t.Fatal(err)
+			}
+			w := m.FS.walk
+			w.mu.Lock()
+			p := w.parents["ds/"]
+			counted, queued := p != nil, p != nil && !p.queued.IsZero()
+			w.mu.Unlock()
+			if queued || counted != (c.listAhead > 0) {
+				t.Fatalf("one readdir of a subdirectory: counted %v (want %v), siblings queued %v", counted, c.listAhead > 0, queued)
+			}
+			if _, err := os.ReadDir(filepath.Join(ds, "d01")); err != nil {
+				t.Fatal(err)
+			}
+			if c.listAhead > 0 {
+				waitFor(t, "the siblings listed ahead", func() bool {
+					n, _ := st.counts()
+					return n[fmt.Sprintf("ds/d%02d/", dirs-1)] > 0
+				})
+			}
+			if got := walk(t, m.Dir); got != dirs*2+1 {
+				t.Errorf("walk found %d files, want %d", got, dirs*2+1)
+			}
+			n, most := st.counts()
+			for d := range dirs {
+				if k := fmt.Sprintf("ds/d%02d/", d); n[k] != 1 {
+					t.Errorf("%s listed %d times, want once", k, n[k])
+				}
+			}
+			switch {
+			case c.listAhead == 0 && most != 1:
+				t.Errorf("off: %d LISTs in flight at once, want 1", most)
+			case c.listAhead > 0 && (most < 2 || most > parallel+1):
+				t.Errorf("on: %d LISTs in flight at most, want 2..%d (ListAhead and the walker's own)", most, parallel+1)
+			}
+		})
+	}
+}
+
+// TestWalkAheadStopsOnFailure: when LISTs fail, the directories queued
+// behind them are not tried one after another; the walker's own readdir
+// reports the failure.
+func TestWalkAheadStopsOnFailure(t *testing.T) {
+	const dirs, parallel = 40, 4
+	st := newListCounter(dirs, 1, time.Millisecond)
+	st.fail = func(prefix string) bool { return prefix >= "ds/d02/" && prefix < "ds/~" }
+	m := mountCfg(t, Config{Store: st, ListAhead: parallel})
+	ds := filepath.Join(m.Dir, "ds")
+	for _, d := range []string{"d00", "d01"} {
+		if _, err := os.ReadDir(filepath.Join(ds, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := m.FS.walk
+	waitFor(t, "the workers to stop", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running == 0
+	})
+	n, _ := st.counts()
+	tried := 0
+	for d := 2; d < dirs; d++ {
+		tried += n[fmt.Sprintf("ds/d%02d/", d)]
+	}
+	if tried < 1 || tried > parallel {
+		t.Errorf("%d failing directories tried ahead, want 1..%d", tried, parallel)
+	}
+	if _, err := os.ReadDir(filepath.Join(ds, "d30")); err == nil {
+		t.Error("readdir of a directory whose LIST fails: no error")
+	}
+}
