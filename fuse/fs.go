@@ -71,8 +71,8 @@ type Config struct {
 	// Preload: directory listings saved by an earlier mount (a manifest),
 	// installed before the mount serves.
 	Preload []store.ManifestDir
-	// ListAhead is how many LISTs at a time list the rest of a directory's
-	// subdirectories once a walker has listed two of them; 0 turns it off.
+	// ListAhead is how many LISTs at a time list the subdirectories ahead
+	// of a walker once it has listed two of one directory; 0 turns it off.
 	ListAhead int
 }
 

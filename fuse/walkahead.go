@@ -9,23 +9,28 @@ import (
 )
 
 // walkAfter is how many subdirectories of one directory a walker must list
-// before the rest of them are listed ahead of it: one is an ls, two in a
-// row are a walk (find, os.walk, ImageFolder's scan of its classes).
+// before the ones after them are listed ahead of it: one is an ls, two are
+// a walk (find, os.walk, ImageFolder's scan of its classes).
 const walkAfter = 2
 
-// maxWalkQueue bounds the directories waiting to be listed ahead.
+// maxWalkQueue bounds the directories waiting to be listed ahead, and the
+// parents tracked.
 const maxWalkQueue = 1 << 16
 
-// walkAhead lists the remaining subdirectories of a directory, parallel at
-// a time, once a walker has listed walkAfter of them. A dataset walk lists
-// every directory of the tree in turn, each a LIST round trip that the
-// next one waits for: a thousand class directories cost a thousand round
-// trips in a row before the first read. Listed ahead, the walker finds
-// them listed or in flight (the namespace shares one LIST per directory).
+// walkAhead lists the subdirectories that follow the one a walker lists,
+// parallel at a time, once it has listed walkAfter of one directory. A
+// dataset walk lists every directory of the tree in turn, each a LIST round
+// trip that the next one waits for: a thousand class directories cost a
+// thousand round trips in a row before the first read. Listed ahead, the
+// walker finds them listed or in flight (the namespace shares one LIST per
+// directory).
 //
-// It lists one level at a time: the siblings of what the walker lists,
-// never their subtrees, so a wrong guess costs the LISTs of one
-// directory's subdirectories (no data), at most once per metadata TTL.
+// Like a kernel's read-ahead, the window starts at twice the parallelism
+// and doubles with each further subdirectory the walker lists: a full walk
+// soon has every sibling in flight, while an ls of two directories lists a
+// few dozen more (no data), at most once per metadata TTL. It lists one
+// level at a time: the siblings of what the walker lists, never their
+// subtrees.
 type walkAhead struct {
 	ns       *namespace
 	ctx      context.Context // the mount's lifetime
@@ -40,8 +45,10 @@ type walkAhead struct {
 
 type walkedParent struct {
 	last   string    // the subdirectory listed last (a repeated ls of one is no walk)
-	listed int       // subdirectories listed in a row
-	queued time.Time // when the rest were last queued; zero if never
+	listed int       // distinct subdirectories listed, up to walkAfter
+	window int       // entries listed ahead of the walker's position
+	ahead  int       // entries of the parent's listing before this index are queued
+	at     time.Time // when the window last moved
 }
 
 func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Logger) *walkAhead {
@@ -49,13 +56,21 @@ func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Lo
 }
 
 // listed records that dir (a key prefix ending in "/", below the mount's
-// root) was listed for a readdir, and queues the rest of its parent's
-// subdirectories once that looks like a walk.
+// root) was listed for a readdir and, once that looks like a walk, queues
+// the subdirectories that follow it in its parent's listing.
 func (w *walkAhead) listed(dir string) {
 	if w == nil || w.parallel <= 0 {
 		return
 	}
-	parent, _ := splitKey(strings.TrimSuffix(dir, "/"))
+	parent, name := splitKey(strings.TrimSuffix(dir, "/"))
+	l := w.ns.held(parent)
+	if l == nil {
+		return
+	}
+	pos, ok := l.index[name]
+	if !ok {
+		return
+	}
 	now := w.ns.now()
 	w.mu.Lock()
 	p := w.parents[parent]
@@ -69,22 +84,30 @@ func (w *walkAhead) listed(dir string) {
 	}
 	if p.last != dir {
 		p.last = dir
-		p.listed++
+		p.listed = min(p.listed+1, walkAfter)
 	}
-	due := p.listed >= walkAfter && (p.queued.IsZero() || now.Sub(p.queued) >= w.ns.ttl)
-	if due {
-		p.queued, p.listed = now, 0
+	if now.Sub(p.at) >= w.ns.ttl { // a walk after the listings expired starts over
+		p.window, p.ahead = 0, 0
 	}
-	w.mu.Unlock()
-	if !due {
+	if p.listed < walkAfter {
+		w.mu.Unlock()
 		return
 	}
+	p.window = min(max(2*p.window, 2*w.parallel), maxWalkQueue)
+	from, to := max(p.ahead, pos+1), min(pos+1+p.window, len(l.entries))
+	if from < to {
+		p.ahead, p.at = to, now
+	}
+	w.mu.Unlock()
 
 	var todo []string
-	for _, sub := range w.ns.subdirs(parent) { // from memory, outside the lock
-		if w.ns.cached(sub) == nil {
+	for _, e := range l.entries[min(from, to):to] { // from memory, outside the lock
+		if sub := parent + e.name + "/"; e.dir && w.ns.cached(sub) == nil {
 			todo = append(todo, sub)
 		}
+	}
+	if len(todo) == 0 {
+		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

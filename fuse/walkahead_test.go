@@ -88,11 +88,12 @@ func walk(t *testing.T, root string) int {
 }
 
 // TestWalkAhead: a walker's second subdirectory of one directory lists the
-// rest of them ahead of it, parallel at a time and each once; one readdir
-// of a subdirectory lists nothing ahead, nor does a walk list other parents'
-// subdirectories; with ListAhead 0 the walker lists one directory at a time.
+// next ones ahead of it, a window of twice the parallelism at first, growing
+// as the walk goes on, each directory once; one readdir of a subdirectory
+// lists nothing ahead, nor does a walk list other parents' subdirectories;
+// with ListAhead 0 the walker lists one directory at a time.
 func TestWalkAhead(t *testing.T) {
-	const dirs, parallel = 30, 4
+	const dirs, parallel = 40, 4
 	for _, c := range []struct {
 		name      string
 		listAhead int
@@ -100,26 +101,26 @@ func TestWalkAhead(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st := newListCounter(dirs, 2, 10*time.Millisecond)
 			m := mountCfg(t, Config{Store: st, ListAhead: c.listAhead})
-			ds := filepath.Join(m.Dir, "ds")
-			if _, err := os.ReadDir(filepath.Join(ds, "d00")); err != nil {
-				t.Fatal(err)
-			}
 			w := m.FS.walk
-			w.mu.Lock()
-			p := w.parents["ds/"]
-			counted, queued := p != nil, p != nil && !p.queued.IsZero()
-			w.mu.Unlock()
-			if queued || counted != (c.listAhead > 0) {
-				t.Fatalf("one readdir of a subdirectory: counted %v (want %v), siblings queued %v", counted, c.listAhead > 0, queued)
-			}
-			if _, err := os.ReadDir(filepath.Join(ds, "d01")); err != nil {
-				t.Fatal(err)
-			}
-			if c.listAhead > 0 {
-				waitFor(t, "the siblings listed ahead", func() bool {
-					n, _ := st.counts()
-					return n[fmt.Sprintf("ds/d%02d/", dirs-1)] > 0
-				})
+			idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }
+			ds := filepath.Join(m.Dir, "ds")
+			for _, d := range []string{"d00", "d01"} {
+				if _, err := os.ReadDir(filepath.Join(ds, d)); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the workers to stop", idle)
+				n, _ := st.counts()
+				listed := 0
+				for i := 2; i < dirs; i++ {
+					listed += n[fmt.Sprintf("ds/d%02d/", i)]
+				}
+				want := 0
+				if d == "d01" && c.listAhead > 0 {
+					want = 2 * parallel // the first window: d02 to d09
+				}
+				if listed != want || want > 0 && n["ds/d09/"] != 1 {
+					t.Fatalf("after readdir of %s: %d directories listed ahead (d09: %d), want %d", d, listed, n["ds/d09/"], want)
+				}
 			}
 			if got := walk(t, m.Dir); got != dirs*2+1 {
 				t.Errorf("walk found %d files, want %d", got, dirs*2+1)
@@ -129,6 +130,9 @@ func TestWalkAhead(t *testing.T) {
 				if k := fmt.Sprintf("ds/d%02d/", d); n[k] != 1 {
 					t.Errorf("%s listed %d times, want once", k, n[k])
 				}
+			}
+			if n["other/"] != 1 || n["other/x/"] != 1 {
+				t.Errorf("other/ listed %d times and other/x/ %d: want once each, by the walker", n["other/"], n["other/x/"])
 			}
 			switch {
 			case c.listAhead == 0 && most != 1:
