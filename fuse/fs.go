@@ -1,6 +1,6 @@
 // Package fuse serves a bucket prefix as a read-only POSIX directory tree
-// through go-fuse v2: directory listings with a metadata cache, stat, open
-// and read at any offset. It is the only importer of go-fuse and holds the
+// through go-fuse v2: directory listings with a metadata cache (listed
+// ahead of a walker), stat, open and read at any offset. It is the only importer of go-fuse and holds the
 // single error-to-errno mapping.
 //
 // It does not fetch data itself: reads go to a Reader from the Opener it is
@@ -82,9 +82,9 @@ type FS struct {
 	ns      *namespace
 	log     *slog.Logger
 	mounted time.Time
-	root    *dirNode // set once by New, before the mount serves
-	walk    *walkAhead
-	stop    context.CancelFunc // ends the mount's background work
+	root    *dirNode           // set once by New, before the mount serves
+	walk    *walkAhead         // lists directories ahead of a walker
+	stop    context.CancelFunc // ends the mount's background work (walk's LISTs)
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
