@@ -148,7 +148,7 @@ func newFS(cfg Config) *FS {
 func (f *FS) Next(key string, n int) []store.Object { return f.ns.next(key, n) }
 
 // Files returns the files directly in dir (a key prefix ending in "/"),
-// from cached listings only.
+// from cached listings only: nil when dir has none.
 func (f *FS) Files(dir string) []store.Object { return f.ns.files(dir) }
 
 // Dirs returns the directories directly in dir (key prefixes ending in
@@ -226,9 +226,15 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 	if d.IsRoot() && name == ControlDir {
 		return d.controlDir(ctx, out)
 	}
+	listed := d.fsys.ns.cached(d.key) != nil
 	e, ok, err := d.fsys.ns.lookup(ctx, d.key, name)
 	if err != nil {
 		return nil, d.fsys.fail("lookup", d.key+name, err)
+	}
+	if !listed && !d.IsRoot() {
+		// A job that opens files from a list of paths lists each directory
+		// on its first lookup, in turn: the same walk, without readdir.
+		d.fsys.walk.listed(d.key)
 	}
 	if !ok {
 		return nil, syscall.ENOENT

@@ -176,3 +176,45 @@ func TestWalkAheadStopsOnFailure(t *testing.T) {
 		t.Error("readdir of a directory whose LIST fails: no error")
 	}
 }
+
+// TestWalkAheadOnLookups: a job that opens files from a list of paths
+// never lists a directory with readdir, but each directory's first lookup
+// lists it: two of one parent list the next ones ahead too, and the
+// lookups there need no LIST of their own.
+func TestWalkAheadOnLookups(t *testing.T) {
+	const dirs, parallel = 30, 4
+	st := newListCounter(dirs, 2, 10*time.Millisecond)
+	m := mountCfg(t, Config{Store: st, ListAhead: parallel})
+	w := m.FS.walk
+	for _, d := range []string{"d00", "d01"} {
+		if _, err := os.Stat(filepath.Join(m.Dir, "ds", d, "f1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the workers to stop", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 })
+	n, _ := st.counts()
+	for i := 2; i < dirs; i++ {
+		if k, want := fmt.Sprintf("ds/d%02d/", i), btoi(i < 2+2*parallel); n[k] != want {
+			t.Errorf("%s listed %d times ahead of the lookups, want %d", k, n[k], want)
+		}
+	}
+	for i := range dirs {
+		b, err := os.ReadFile(filepath.Join(m.Dir, "ds", fmt.Sprintf("d%02d", i), "f0"))
+		if want := fmt.Sprintf("%d-0", i); err != nil || string(b) != want {
+			t.Fatalf("d%02d/f0: %q, %v; want %q", i, b, err, want)
+		}
+	}
+	n, _ = st.counts()
+	for i := range dirs {
+		if k := fmt.Sprintf("ds/d%02d/", i); n[k] != 1 {
+			t.Errorf("%s listed %d times, want once", k, n[k])
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -13,7 +13,8 @@ import (
 // listing (key) order. It should answer from memory: it is called often.
 type Siblings interface {
 	Next(key string, n int) []store.Object
-	// Files returns every file directly in dir (a prefix ending in "/").
+	// Files returns every file directly in dir (a prefix ending in "/"):
+	// nil when dir has no listing (yet), an empty slice when it has no file.
 	Files(dir string) []store.Object
 	// Dirs returns the directories directly in dir, as prefixes ending in
 	// "/", in listing order.

@@ -30,13 +30,14 @@ const spreadAfter = 4
 type sweeper struct {
 	l *Loader
 
-	mu      sync.Mutex
-	dirs    map[string]*sweepDir // guarded by mu
-	spread  map[string]int       // guarded by mu: directories swept for their opens, by parent
-	queue   []store.Object       // guarded by mu: files to fetch, in order
-	bytes   int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
-	pushed  int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
-	running int                  // guarded by mu: workers alive
+	mu       sync.Mutex
+	dirs     map[string]*sweepDir // guarded by mu
+	spread   map[string]int       // guarded by mu: directories swept for their opens, by parent
+	unlisted map[string]bool      // guarded by mu: parents spread to while some directories had no listing
+	queue    []store.Object       // guarded by mu: files to fetch, in order
+	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
+	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
+	running  int                  // guarded by mu: workers alive
 }
 
 type sweepDir struct {
@@ -51,47 +52,77 @@ func parentOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1
 
 // opened counts an open in the file's directory and, once enough of it is
 // being read, queues the rest of it, and once enough of its siblings are,
-// every sibling, while the sweep stays within SweepBytes.
+// every sibling, while the sweep stays within SweepBytes. Once a parent's
+// reads have spread, a directory of it is swept at its first open: a job
+// that opens files from a list of paths, never walking the tree, has no
+// listing of a directory before its first open, so the spread could not
+// queue it.
 func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	if sib == nil {
 		return
 	}
 	dir := parentOf(obj.Key)
+	parent := parentOf(strings.TrimSuffix(dir, "/"))
 	s.mu.Lock()
 	d := s.dirLocked(dir)
 	if d == nil || d.queued {
 		s.mu.Unlock()
 		return
 	}
-	if d.opens++; d.opens < sweepAfter {
+	need := sweepAfter
+	if dir != "" && s.spread[parent] >= spreadAfter {
+		need = 1
+	}
+	if d.opens++; d.opens < need {
 		s.mu.Unlock()
 		return
 	}
 	d.queued = true
-	parent := parentOf(strings.TrimSuffix(dir, "/"))
 	spreads := false
 	if dir != "" { // the bucket's top level has no parent
 		s.spread[parent]++
-		spreads = s.spread[parent] == spreadAfter
+		n := s.spread[parent]
+		spreads = n == spreadAfter || n > spreadAfter && s.unlisted[parent]
 	}
 	s.mu.Unlock()
 
 	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
-	if !spreads {
-		return
+	if spreads {
+		s.spreadTo(sib, parent)
 	}
+}
+
+// spreadTo queues every directory of parent not queued yet whose listing
+// is held. Those not listed yet are left for a later spread (the mount
+// lists ahead of a reader that opens files across directories) or for
+// their own first open.
+func (s *sweeper) spreadTo(sib Siblings, parent string) {
+	unlisted := false
 	for _, sub := range sib.Dirs(parent) {
 		s.mu.Lock()
 		d := s.dirLocked(sub)
 		skip := d == nil || d.queued
-		if !skip {
-			d.queued = true
-		}
 		s.mu.Unlock()
-		if !skip && !s.queueFiles(sib.Files(sub)) {
-			return
+		if skip {
+			continue
+		}
+		files := sib.Files(sub)
+		if files == nil {
+			unlisted = true
+			continue
+		}
+		s.mu.Lock()
+		skip = d.queued
+		d.queued = true
+		s.mu.Unlock()
+		if !skip && !s.queueFiles(files) {
+			unlisted = false // the sweep is full: no later spread can add any
+			break
 		}
 	}
+	s.mu.Lock()
+	s.unlisted[parent] = unlisted
+	s.mu.Unlock()
 }
 
 // dirLocked returns the state of dir, new if need be; nil past

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +117,80 @@ func TestSweepSpreads(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// partlyListed is dirSiblings where only the directories in listed have a
+// listing yet, as in a mount whose job opens files from a list of paths
+// (a directory is listed at its first lookup, or by the mount's walk-ahead).
+type partlyListed struct {
+	dirSiblings
+	mu     sync.Mutex
+	listed map[string]bool // guarded by mu
+}
+
+func (p *partlyListed) list(dirs ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range dirs {
+		p.listed[d] = true
+	}
+}
+
+func (p *partlyListed) Files(dir string) []store.Object {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.listed[dir] {
+		return nil
+	}
+	return p.dirSiblings.Files(dir)
+}
+
+// TestSweepSpreadsToDirectoriesListedLater: a spread over directories that
+// have no listing yet leaves them for later instead of marking them swept;
+// once listed, a later spread (the first open of a further directory)
+// queues them, and that directory is swept at its first open.
+func TestSweepSpreadsToDirectoriesListedLater(t *testing.T) {
+	st := newFakeStore()
+	dirs, all := addClasses(st, "ds/", 12)
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	sib := &partlyListed{dirSiblings: dirSiblings{objs: all}, listed: map[string]bool{}}
+	l.SetSiblings(sib)
+	class := func(i int) string { return fmt.Sprintf("ds/class%02d/", i) }
+	read := func(o store.Object) {
+		t.Helper()
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range spreadAfter { // reads spread over four directories, listed as they are opened
+		sib.list(class(i))
+		read(dirs[i][0])
+		read(dirs[i][1])
+	}
+	for i := range spreadAfter {
+		waitFor(t, "sweep of "+class(i), func() bool { return fetchedFiles(st, dirs[i]) == len(dirs[i]) })
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := fetchedFiles(st, slices.Concat(dirs[spreadAfter:]...)); n != 0 {
+		t.Fatalf("%d files of directories with no listing fetched", n)
+	}
+
+	// Four more get listed (the walk-ahead); one further directory is opened once.
+	sib.list(class(4), class(5), class(6), class(7), class(8))
+	read(dirs[8][0])
+	later := slices.Concat(dirs[4:9]...)
+	waitFor(t, "sweep of the directories listed later, and of the one opened once", func() bool {
+		return fetchedFiles(st, later) == len(later)
+	})
+	time.Sleep(50 * time.Millisecond)
+	if n := fetchedFiles(st, slices.Concat(dirs[9:]...)); n != 0 {
+		t.Fatalf("%d files of directories still not listed fetched", n)
+	}
+	for _, o := range all {
+		if g := len(st.getsOf(o.Key)); g > 1 {
+			t.Fatalf("%s: %d GETs, want at most 1", o.Key, g)
+		}
 	}
 }
 
