@@ -32,7 +32,9 @@
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000; within MIN_SIZE..MAX_SIZE), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
-# per worker), CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses).
+# per worker), CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses),
+# WALK (1: every path is walked before its first epoch, as ImageFolder does; 0: the bench reads
+# the files from a list of paths instead, as a job with an annotation file or a CSV does).
 # A mix other than the default gets its own prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,8 +42,9 @@ ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
-ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg}
+ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg} WALK=${WALK:-1}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
+case $WALK in 0|1) ;; *) echo "WALK=$WALK: want 1 or 0" >&2; exit 2 ;; esac
 case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
 for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES READERS BATCH RTT_MS; do
@@ -111,6 +114,10 @@ mount_peer() { # KIND MNT
 
 RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0 --order "$ORDER" --seed 7
   --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
+if [[ $WALK == 0 ]]; then
+  (cd "$LOCAL" && find . -type f -printf '%P\t%s\n') >"$OUT/files.tsv"
+  RUN_FLAGS+=(--files-from "$OUT/files.tsv")
+fi
 
 # fresh_mem: seconds to touch 1 GiB of fresh anonymous memory (dd fills one 1 GiB buffer from
 # /dev/zero): the cost of fresh pages, which a slow spell of the host multiplies.
@@ -232,7 +239,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" \
-  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS make compare" '
+  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK make compare" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
   def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
   def role: if test("/mnt-dataccel/") then "dataccel" elif test("/mnt-s3fs/") then "s3fs"

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -197,5 +199,46 @@ func TestGenRunLocalAndS3(t *testing.T) {
 	}
 	if cdfPaths != 4 { // cold and warm for each of two paths
 		t.Errorf("html: %d CDF lines, want 4", cdfPaths)
+	}
+}
+
+// TestRunFileList: with a file list, a directory path and an object path
+// both read exactly the listed files, with the list's sizes in the report
+// for the directory; an object path that lacks a listed file fails.
+func TestRunFileList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := tmpfsDir(t)
+	gcfg := genSmall(t, dir, 60)
+	var list strings.Builder
+	var want int64
+	for i, f := range gcfg.Plan() { // keys relative to the dataset's root
+		if i%3 == 0 {
+			fmt.Fprintf(&list, "%s\t%d\n", f.Key, f.Size)
+			want += f.Size
+		}
+	}
+	st := srv.NewBucket(t)
+	gcfg.Prefix = "ds/"
+	if _, err := Generate(ctx, gcfg, st, NewProgress(io.Discard, false)); err != nil {
+		t.Fatal(err)
+	}
+	files, err := ParseFileList(strings.NewReader(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3src := StoreSource{Store: st, Prefix: "ds/", Label: "s3://" + st.Bucket() + "/ds/"}
+	res, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 4, Batch: 4, Epochs: 1, Seed: 3, FileList: files}, DirSource{Root: dir}, s3src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Paths {
+		if e := p.Epochs[0]; p.Files != 20 || p.Bytes != want || e.Samples != 20 || e.Bytes != want {
+			t.Errorf("%s: %d files %d bytes listed, epoch %d samples %d bytes; want 20 and %d", p.Path, p.Files, p.Bytes, e.Samples, e.Bytes, want)
+		}
+	}
+	missing := append(slices.Clone(files), File{Name: "no/such.jpg"})
+	if _, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 4, Batch: 4, Epochs: 1, FileList: missing}, s3src); err == nil || !strings.Contains(err.Error(), `no object "no/such.jpg"`) {
+		t.Errorf("a listed file missing from the bucket: err %v", err)
 	}
 }

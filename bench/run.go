@@ -75,6 +75,10 @@ type RunConfig struct {
 	// PythonOpen makes directory sources open files as Python's open()
 	// does before 3.14 (see DirSource.PythonOpen).
 	PythonOpen bool
+	// FileList, when set, names the files to read (ParseFileList), as a
+	// job that knows its paths from an annotation file or a CSV does: a
+	// directory path is not walked, and an object path keeps only these.
+	FileList []File
 	// FindMaxAccelerators searches the largest accelerator count with AU >= TargetAU.
 	FindMaxAccelerators bool
 	TargetAU            float64
@@ -177,7 +181,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			src = d
 		}
 		t0 := time.Now()
-		files, err := src.Files(ctx)
+		files, err := filesOf(ctx, src, cfg.FileList)
 		if err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +236,35 @@ func TestAnnounce(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(ctl); len(got) == 0 {
 		t.Error("the mount's control file was not written when a plain directory ran beside it")
+	}
+}
+
+func TestParseFileList(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		want     []File // nil: an error
+		errText  string
+	}{
+		{"names and sizes, sorted", "b/2.jpg\t20\n./a/1.jpg\t10\n\nc.jpg\r\n", []File{{Name: "a/1.jpg", Size: 10}, {Name: "b/2.jpg", Size: 20}, {Name: "c.jpg"}}, ""},
+		{"bad size", "a.jpg\tbig\n", nil, "line 1: size"},
+		{"negative size", "a.jpg\t-1\n", nil, "line 1: size"},
+		{"escapes the root", "x.jpg\n../a.jpg\n", nil, "line 2"},
+		{"absolute", "/etc/passwd\n", nil, "line 1"},
+		{"not clean", "a//b.jpg\n", nil, "line 1"},
+		{"twice", "a.jpg\na.jpg\n", nil, "listed twice"},
+		{"empty", "\n\n", nil, "no files"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseFileList(strings.NewReader(c.in))
+			if c.want == nil {
+				if err == nil || !strings.Contains(err.Error(), c.errText) {
+					t.Fatalf("err %v, want one with %q", err, c.errText)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, c.want)
+			}
+		})
 	}
 }

@@ -1,14 +1,17 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,4 +237,75 @@ func (s StoreSource) probe(ctx context.Context, files []File, concurrency int) (
 		total += n
 	}
 	return rtt, float64(total) / time.Since(t0).Seconds(), nil
+}
+
+// ParseFileList reads a list of files relative to a dataset's root, one per
+// line: a "/"-separated path, optionally followed by a tab and its size in
+// bytes (for the reports; 0 when absent). It returns them sorted by name,
+// the order a walk gives, so that every path reads the same permutation.
+func ParseFileList(r io.Reader) ([]File, error) {
+	var files []File
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSuffix(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, sizeText, hasSize := strings.Cut(line, "\t")
+		name = strings.TrimPrefix(name, "./")
+		var size int64
+		if hasSize {
+			var err error
+			if size, err = strconv.ParseInt(sizeText, 10, 64); err != nil || size < 0 {
+				return nil, fmt.Errorf("file list line %d: size %q: want bytes, a whole number", n, sizeText)
+			}
+		}
+		if name != path.Clean(name) || path.IsAbs(name) || name == "." || name == ".." || strings.HasPrefix(name, "../") {
+			return nil, fmt.Errorf("file list line %d: %q: want a clean path relative to the dataset's root", n, name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("file list line %d: %q listed twice", n, name)
+		}
+		seen[name] = true
+		files = append(files, File{Name: name, Size: size})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("file list: %w", err)
+	}
+	if len(files) == 0 {
+		return nil, errors.New("file list: no files")
+	}
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	return files, nil
+}
+
+// filesOf returns the files of src to read: its own listing, or the given
+// list. A directory is then not walked; an object prefix is listed (its
+// reads need the ETags) and must hold every listed file.
+func filesOf(ctx context.Context, src Source, list []File) ([]File, error) {
+	if list == nil {
+		return src.Files(ctx)
+	}
+	if src.Kind() == "dir" {
+		return slices.Clone(list), nil
+	}
+	all, err := src.Files(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]File, len(all))
+	for _, f := range all {
+		byName[f.Name] = f
+	}
+	out := make([]File, 0, len(list))
+	for _, f := range list {
+		o, ok := byName[f.Name]
+		if !ok {
+			return nil, fmt.Errorf("%s: no object %q of the file list", src, f.Name)
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }

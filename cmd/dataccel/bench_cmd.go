@@ -153,6 +153,7 @@ func newBenchRunCmd(logger *slog.Logger) *cobra.Command {
 		cfg                bench.RunConfig
 		profile, bandwidth string
 		jsonFile, htmlFile string
+		filesFrom          string
 		noProbe, quiet     bool
 		s3f                benchS3
 	)
@@ -190,6 +191,17 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 					return usageError{fmt.Errorf("--bandwidth %q: want bytes per second such as 1.2GB or 500MiB", bandwidth)}
 				}
 				cfg.Bandwidth = float64(b)
+			}
+			if filesFrom != "" {
+				f, err := os.Open(filesFrom)
+				if err != nil {
+					return usageError{fmt.Errorf("--files-from: %w", err)}
+				}
+				cfg.FileList, err = bench.ParseFileList(f)
+				f.Close()
+				if err != nil {
+					return usageError{fmt.Errorf("--files-from %s: %w", filesFrom, err)}
+				}
 			}
 			cfg.Probe = !noProbe
 			cfg.Progress = benchProgress(quiet)
@@ -234,6 +246,7 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 	fl.IntVar(&cfg.Epochs, "epochs", 3, "epochs per path")
 	fl.IntVar(&cfg.MaxSteps, "max-steps", 0, "stop each epoch after this many steps (0: whole dataset)")
 	fl.StringVar(&cfg.Order, "order", "shuffle", "read order: shuffle (new permutation per epoch) or dir")
+	fl.StringVar(&filesFrom, "files-from", "", "read the files this file lists (one path per line relative to each PATH, optionally a tab and the size) instead of walking each directory, as a job with an annotation file or a CSV of paths does")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "shuffle seed")
 	fl.StringVar(&profile, "profile", "resnet50-a100", "compute profile: "+strings.Join(profiles, ", "))
 	fl.DurationVar(&cfg.ComputePerSample, "compute-per-sample", 0, "custom compute time per sample (e.g. 1ms), instead of --profile")
