@@ -238,7 +238,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
-  --arg order "$ORDER" --arg repeats "$REPEATS" \
+  --arg order "$ORDER" --arg repeats "$REPEATS" --arg walk "$WALK" \
   --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK make compare" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
   def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
@@ -258,7 +258,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     python_open_warm: {dataccel: runs($p; "dataccel"; 0), local: runs($p; "local"; 0)},
     after_warm: {warm: $warm_s, epoch: runs($f; "dataccel"; 0), direct: runs($f; "direct"; 0)},
     list_10k: {dataccel: $list_dc, s3fs: $list_s3fs, rclone: $list_rc},
-    walk: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: walks($a; .)}) | from_entries) } as $runs |
+    walk: (if $walk == "1" then ["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: walks($a; .)}) | from_entries
+      else {} end) } as $runs |
   ($runs | medians) as $m |
   { command: $command,
     dataset: {prefix: $ds, order: $order, files: ($files|tonumber), bytes: ($bytes|tonumber), rtt_ms: ($rtt|tonumber),
@@ -281,8 +282,10 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
       {name: "warm: x local-disk re-read, peers unmounted", value: (.alone_warm_s.local / .alone_warm_s.dataccel), min: 0.9},
       {name: "warm: x local-disk re-read, peers mounted beside", value: (.warm_s.local / .warm_s.dataccel)},
       {name: "warm, Python open(): x local-disk re-read", value: (.python_open_warm_s.local / .python_open_warm_s.dataccel)},
-      {name: "listing 10k: x s3fs", value: (.list_10k_s.s3fs / .list_10k_s.dataccel), min: 10},
-      {name: "walking the dataset: x the faster peer", value: (([.walk_s.s3fs, .walk_s.rclone]|min) / .walk_s.dataccel)},
+      {name: "listing 10k: x s3fs", value: (.list_10k_s.s3fs / .list_10k_s.dataccel), min: 10} ]
+    + if (.walk_s | length) > 0 then [
+      {name: "walking the dataset: x the faster peer", value: (([.walk_s.s3fs, .walk_s.rclone]|min) / .walk_s.dataccel)} ] else [] end
+    + [
       {name: "peak RSS - RAM cache, MiB", value: (.dataccel_peak_rss_mib - .ram_cache_mib), max: 300},
       {name: "4 readers: announced x prefetch off", value: (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced), min: 3} ]' > "$OUT/summary.json"
 rm -f "$OUT"/*-runs.tmp
