@@ -1,7 +1,7 @@
 // Package fuse serves a bucket prefix as a read-only POSIX directory tree
 // through go-fuse v2: directory listings with a metadata cache (listed
-// ahead of a walker), stat, open and read at any offset. It is the only importer of go-fuse and holds the
-// single error-to-errno mapping.
+// ahead of a walker), stat, open and read at any offset. It is the only
+// importer of go-fuse and holds the single error-to-errno mapping.
 //
 // It does not fetch data itself: reads go to a Reader from the Opener it is
 // given (the prefetch loader in production). It does not cache data: the
