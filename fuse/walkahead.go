@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,9 +29,9 @@ const maxWalkQueue = 1 << 16
 // Like a kernel's read-ahead, the window starts at twice the parallelism
 // and doubles with each further subdirectory the walker lists: a full walk
 // soon has every sibling in flight, while an ls of two directories lists a
-// few dozen more (no data), at most once per metadata TTL. It lists one
-// level at a time: the siblings of what the walker lists, never their
-// subtrees.
+// few dozen more (no data), at most once per metadata TTL. It lists no
+// deeper than the walker has reached: the siblings of what it lists, and
+// the subdirectories of the directory it enters.
 type walkAhead struct {
 	ns       *namespace
 	ctx      context.Context // the mount's lifetime
@@ -46,8 +47,8 @@ type walkAhead struct {
 type walkedParent struct {
 	last   string    // the subdirectory listed last (a repeated ls of one is no walk)
 	listed int       // distinct subdirectories listed, up to walkAfter
-	window int       // entries listed ahead of the walker's position
-	ahead  int       // entries of the parent's listing before this index are queued
+	window int       // subdirectories listed ahead of the walker's position
+	ahead  int       // subdirectories before this index (in name order) are queued
 	at     time.Time // when the window last moved
 }
 
@@ -56,34 +57,50 @@ func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Lo
 }
 
 // listed records that dir (a key prefix ending in "/", below the mount's
-// root) was listed for a readdir and, once that looks like a walk, queues
-// the subdirectories that follow it in its parent's listing.
+// root) was listed for a readdir or a first lookup and, once that looks
+// like a walk, queues the subdirectories that follow it in its parent's
+// listing. The walker goes on into what it lists: the subdirectories of a
+// directory it reached in a walk are queued at once, not after it has
+// listed two of them (a tree two levels deep would otherwise cost two
+// round trips in a row per directory).
 func (w *walkAhead) listed(dir string) {
 	if w == nil || w.parallel <= 0 {
 		return
 	}
-	parent, name := splitKey(strings.TrimSuffix(dir, "/"))
-	l := w.ns.held(parent)
-	if l == nil {
-		return
+	parent, _ := splitKey(strings.TrimSuffix(dir, "/"))
+	if w.advance(parent, dir) {
+		w.advance(dir, "")
 	}
-	pos, ok := l.index[name]
-	if !ok {
-		return
+}
+
+// advance records that the walker listed sub, a subdirectory of dir (""
+// when it entered dir in a walk of dir's parent), queues the window of
+// dir's subdirectories after it once dir is being walked, and reports
+// whether dir is.
+func (w *walkAhead) advance(dir, sub string) bool {
+	subs := w.ns.subdirs(dir) // from memory, outside the lock
+	pos := -1
+	if sub != "" {
+		if pos = slices.Index(subs, sub); pos < 0 {
+			return false
+		}
 	}
 	now := w.ns.now()
 	w.mu.Lock()
-	p := w.parents[parent]
+	p := w.parents[dir]
 	if p == nil {
 		if len(w.parents) >= maxWalkQueue {
 			w.mu.Unlock()
-			return
+			return false
 		}
 		p = &walkedParent{}
-		w.parents[parent] = p
+		w.parents[dir] = p
 	}
-	if p.last != dir {
-		p.last = dir
+	switch {
+	case sub == "":
+		p.listed = walkAfter
+	case p.last != sub:
+		p.last = sub
 		p.listed = min(p.listed+1, walkAfter)
 	}
 	if now.Sub(p.at) >= w.ns.ttl { // a walk after the listings expired starts over
@@ -91,28 +108,37 @@ func (w *walkAhead) listed(dir string) {
 	}
 	if p.listed < walkAfter {
 		w.mu.Unlock()
-		return
+		return false
 	}
-	p.window = min(max(2*p.window, 2*w.parallel), maxWalkQueue)
-	from, to := max(p.ahead, pos+1), min(pos+1+p.window, len(l.entries))
-	if from < to {
-		p.ahead, p.at = to, now
+	from, to := 0, 0
+	if len(subs) > 0 {
+		p.window = min(max(2*p.window, 2*w.parallel), maxWalkQueue)
+		from, to = max(p.ahead, pos+1), min(pos+1+p.window, len(subs))
+		if from < to {
+			p.ahead, p.at = to, now
+		}
 	}
 	w.mu.Unlock()
 
 	var todo []string
-	for _, e := range l.entries[min(from, to):to] { // from memory, outside the lock
-		if sub := parent + e.name + "/"; e.dir && w.ns.cached(sub) == nil {
-			todo = append(todo, sub)
+	for _, s := range subs[min(from, to):to] {
+		if w.ns.cached(s) == nil {
+			todo = append(todo, s)
 		}
 	}
-	if len(todo) == 0 {
+	w.enqueue(todo)
+	return true
+}
+
+// enqueue queues dirs for listing and starts workers for them.
+func (w *walkAhead) enqueue(dirs []string) {
+	if len(dirs) == 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	todo = todo[:min(len(todo), maxWalkQueue-len(w.queue))]
-	w.queue = append(w.queue, todo...)
+	dirs = dirs[:min(len(dirs), maxWalkQueue-len(w.queue))]
+	w.queue = append(w.queue, dirs...)
 	for ; w.running < w.parallel && w.running < len(w.queue); w.running++ {
 		go w.worker()
 	}

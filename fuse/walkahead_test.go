@@ -218,3 +218,51 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestWalkAheadTwoLevels: in a tree two levels deep, the subdirectories of
+// a directory the walker enters in a walk are listed at once, before it
+// lists any of them; not those of one it entered before the walk was seen,
+// nor those of directories only listed ahead.
+func TestWalkAheadTwoLevels(t *testing.T) {
+	const classes, subs = 10, 3
+	objs := map[string][]byte{}
+	for c := range classes {
+		for s := range subs {
+			objs[fmt.Sprintf("ds/c%02d/s%d/f", c, s)] = []byte(fmt.Sprintf("%d/%d", c, s))
+		}
+	}
+	st := &listCounter{memStore: memStore{objs: objs}, delay: 5 * time.Millisecond, lists: map[string]int{}}
+	m := mountCfg(t, Config{Store: st, ListAhead: 4})
+	w := m.FS.walk
+	idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }
+	subsListed := func(c int) int {
+		n, _ := st.counts()
+		total := 0
+		for s := range subs {
+			total += n[fmt.Sprintf("ds/c%02d/s%d/", c, s)]
+		}
+		return total
+	}
+	for _, c := range []string{"c00", "c01"} {
+		if _, err := os.ReadDir(filepath.Join(m.Dir, "ds", c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the workers to stop", idle)
+	if got := [3]int{subsListed(0), subsListed(1), subsListed(2)}; got != [3]int{0, subs, 0} {
+		t.Fatalf("subdirectories of c00, c01, c02 listed %v times; want 0 (entered before the walk), %d (entered in it), 0 (only listed ahead)", got, subs)
+	}
+	if _, err := os.ReadDir(filepath.Join(m.Dir, "ds", "c02")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the subdirectories of c02 listed ahead", func() bool { return subsListed(2) == subs })
+	if got := walk(t, m.Dir); got != classes*subs {
+		t.Errorf("walk found %d files, want %d", got, classes*subs)
+	}
+	n, _ := st.counts()
+	for k, v := range n {
+		if v != 1 {
+			t.Errorf("%s listed %d times, want once", k, v)
+		}
+	}
+}
