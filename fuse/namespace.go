@@ -26,6 +26,7 @@ type entry struct {
 type listing struct {
 	entries []entry // sorted by name
 	index   map[string]int
+	dirs    []int // indices in entries of the subdirectories, ascending
 	at      time.Time
 }
 
@@ -155,6 +156,9 @@ func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
 	sort.Slice(l.entries, func(i, j int) bool { return l.entries[i].name < l.entries[j].name })
 	for i, e := range l.entries {
 		l.index[e.name] = i
+		if e.dir {
+			l.dirs = append(l.dirs, i)
+		}
 	}
 	return l
 }

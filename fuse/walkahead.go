@@ -29,7 +29,8 @@ const maxWalkQueue = 1 << 16
 // Like a kernel's read-ahead, the window starts at twice the parallelism
 // and doubles with each further subdirectory the walker lists: a full walk
 // soon has every sibling in flight, while an ls of two directories lists a
-// few dozen more (no data), at most once per metadata TTL. It lists no
+// window more beside them and one inside the second (no data), at most
+// once per metadata TTL. It lists no
 // deeper than the walker has reached: the siblings of what it lists, and
 // the subdirectories of the directory it enters.
 type walkAhead struct {
@@ -45,7 +46,7 @@ type walkAhead struct {
 }
 
 type walkedParent struct {
-	last   string    // the subdirectory listed last (a repeated ls of one is no walk)
+	last   string    // the name of the subdirectory listed last (a repeated ls of one is no walk)
 	listed int       // distinct subdirectories listed, up to walkAfter
 	window int       // subdirectories listed ahead of the walker's position
 	ahead  int       // subdirectories before this index (in name order) are queued
@@ -67,23 +68,29 @@ func (w *walkAhead) listed(dir string) {
 	if w == nil || w.parallel <= 0 {
 		return
 	}
-	parent, _ := splitKey(strings.TrimSuffix(dir, "/"))
-	if w.advance(parent, dir) {
+	parent, name := splitKey(strings.TrimSuffix(dir, "/"))
+	if w.advance(parent, name) {
 		w.advance(dir, "")
 	}
 }
 
-// advance records that the walker listed sub, a subdirectory of dir (""
+// advance records that the walker listed the subdirectory name of dir (""
 // when it entered dir in a walk of dir's parent), queues the window of
 // dir's subdirectories after it once dir is being walked, and reports
-// whether dir is.
-func (w *walkAhead) advance(dir, sub string) bool {
-	subs := w.ns.subdirs(dir) // from memory, outside the lock
-	pos := -1
-	if sub != "" {
-		if pos = slices.Index(subs, sub); pos < 0 {
+// whether dir is. It costs a map lookup and a binary search in dir's
+// listing, whatever the number of its subdirectories.
+func (w *walkAhead) advance(dir, name string) bool {
+	l := w.ns.held(dir)
+	if l == nil {
+		return false
+	}
+	pos := -1 // the walker's place among dir's subdirectories
+	if name != "" {
+		i, ok := l.index[name]
+		if !ok || !l.entries[i].dir {
 			return false
 		}
+		pos, _ = slices.BinarySearch(l.dirs, i)
 	}
 	now := w.ns.now()
 	w.mu.Lock()
@@ -97,10 +104,10 @@ func (w *walkAhead) advance(dir, sub string) bool {
 		w.parents[dir] = p
 	}
 	switch {
-	case sub == "":
+	case name == "":
 		p.listed = walkAfter
-	case p.last != sub:
-		p.last = sub
+	case p.last != name:
+		p.last = name
 		p.listed = min(p.listed+1, walkAfter)
 	}
 	if now.Sub(p.at) >= w.ns.ttl { // a walk after the listings expired starts over
@@ -111,9 +118,9 @@ func (w *walkAhead) advance(dir, sub string) bool {
 		return false
 	}
 	from, to := 0, 0
-	if len(subs) > 0 {
+	if len(l.dirs) > 0 {
 		p.window = min(max(2*p.window, 2*w.parallel), maxWalkQueue)
-		from, to = max(p.ahead, pos+1), min(pos+1+p.window, len(subs))
+		from, to = max(p.ahead, pos+1), min(pos+1+p.window, len(l.dirs))
 		if from < to {
 			p.ahead, p.at = to, now
 		}
@@ -121,9 +128,9 @@ func (w *walkAhead) advance(dir, sub string) bool {
 	w.mu.Unlock()
 
 	var todo []string
-	for _, s := range subs[min(from, to):to] {
-		if w.ns.cached(s) == nil {
-			todo = append(todo, s)
+	for _, i := range l.dirs[min(from, to):to] {
+		if sub := dir + l.entries[i].name + "/"; w.ns.cached(sub) == nil {
+			todo = append(todo, sub)
 		}
 	}
 	w.enqueue(todo)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -264,5 +265,28 @@ func TestWalkAheadTwoLevels(t *testing.T) {
 		if v != 1 {
 			t.Errorf("%s listed %d times, want once", k, v)
 		}
+	}
+}
+
+// BenchmarkWalkAheadListed: what a walker's readdir costs the walk-ahead in
+// a directory of 10,000 subdirectories, all listed already (no LIST is
+// queued): a lookup in the parent's listing, not a pass over its entries.
+func BenchmarkWalkAheadListed(b *testing.B) {
+	const n = 10000
+	ns := newNamespace(memStore{}, time.Hour, slog.New(slog.DiscardHandler))
+	top := store.ManifestDir{Dir: "ds/"}
+	listings := []store.ManifestDir{top}
+	dirs := make([]string, n)
+	for i := range n {
+		name := fmt.Sprintf("d%05d", i)
+		dirs[i] = "ds/" + name + "/"
+		listings[0].Subdirs = append(listings[0].Subdirs, name)
+		listings = append(listings, store.ManifestDir{Dir: dirs[i], Files: []store.Object{{Key: dirs[i] + "f", Size: 1, ETag: "e"}}})
+	}
+	ns.restore("", listings)
+	w := newWalkAhead(context.Background(), ns, 32, slog.New(slog.DiscardHandler))
+	b.ResetTimer()
+	for i := range b.N {
+		w.listed(dirs[i%n])
 	}
 }
