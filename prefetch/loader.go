@@ -273,7 +273,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
 		l.plan.start()
-		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]bool{}}
+		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]*unlisted{}}
 		l.pushq = make(chan push, pushQueue)
 		for range pushers {
 			l.wg.Add(1)

@@ -33,7 +33,7 @@ type sweeper struct {
 	mu       sync.Mutex
 	dirs     map[string]*sweepDir // guarded by mu
 	spread   map[string]int       // guarded by mu: directories swept for their opens, by parent
-	unlisted map[string]bool      // guarded by mu: parents spread to while some directories had no listing
+	unlisted map[string]*unlisted // guarded by mu: parents spread to while some directories had no listing
 	queue    []store.Object       // guarded by mu: files to fetch, in order
 	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
 	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
@@ -44,6 +44,18 @@ type sweepDir struct {
 	opens  int
 	queued bool
 }
+
+// unlisted is what a spread over a parent left for later: its directories
+// that had no listing yet, and when it ran.
+type unlisted struct {
+	dirs []string
+	at   time.Time
+}
+
+// respreadEvery bounds how often a spread returns to the directories it
+// left unlisted: it runs on a reader's open, and each pass looks at all
+// of them.
+const respreadEvery = 20 * time.Millisecond
 
 // maxSweepDirs bounds the directories tracked (ImageNet has 1,000).
 const maxSweepDirs = 1 << 16
@@ -78,27 +90,33 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	d.queued = true
-	spreads := false
+	spreads, respread := false, []string(nil)
 	if dir != "" { // the bucket's top level has no parent
 		s.spread[parent]++
-		n := s.spread[parent]
-		spreads = n == spreadAfter || n > spreadAfter && s.unlisted[parent]
+		spreads = s.spread[parent] == spreadAfter
+		if u := s.unlisted[parent]; u != nil && time.Since(u.at) >= respreadEvery {
+			respread = u.dirs // this spread takes them; it files what is still unlisted
+			delete(s.unlisted, parent)
+		}
 	}
 	s.mu.Unlock()
 
 	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
-	if spreads {
-		s.spreadTo(sib, parent)
+	switch {
+	case spreads:
+		s.spreadTo(sib, parent, sib.Dirs(parent))
+	case respread != nil:
+		s.spreadTo(sib, parent, respread)
 	}
 }
 
-// spreadTo queues every directory of parent not queued yet whose listing
-// is held. Those not listed yet are left for a later spread (the mount
-// lists ahead of a reader that opens files across directories) or for
-// their own first open.
-func (s *sweeper) spreadTo(sib Siblings, parent string) {
-	unlisted := false
-	for _, sub := range sib.Dirs(parent) {
+// spreadTo queues each of dirs (directories of parent) not queued yet
+// whose listing is held. Those not listed yet are left for a later spread
+// (the mount lists ahead of a reader that opens files across directories)
+// or for their own first open.
+func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) {
+	var later []string
+	for _, sub := range dirs {
 		s.mu.Lock()
 		d := s.dirLocked(sub)
 		skip := d == nil || d.queued
@@ -108,7 +126,7 @@ func (s *sweeper) spreadTo(sib Siblings, parent string) {
 		}
 		files := sib.Files(sub)
 		if files == nil {
-			unlisted = true
+			later = append(later, sub)
 			continue
 		}
 		s.mu.Lock()
@@ -116,13 +134,14 @@ func (s *sweeper) spreadTo(sib Siblings, parent string) {
 		d.queued = true
 		s.mu.Unlock()
 		if !skip && !s.queueFiles(files) {
-			unlisted = false // the sweep is full: no later spread can add any
-			break
+			return // the sweep is full: no later spread can add any
 		}
 	}
-	s.mu.Lock()
-	s.unlisted[parent] = unlisted
-	s.mu.Unlock()
+	if len(later) > 0 {
+		s.mu.Lock()
+		s.unlisted[parent] = &unlisted{dirs: later, at: time.Now()}
+		s.mu.Unlock()
+	}
 }
 
 // dirLocked returns the state of dir, new if need be; nil past
