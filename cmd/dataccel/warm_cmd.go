@@ -60,7 +60,7 @@ non-zero and lists what failed.`,
 		"list-ahead"} {
 		cmd.Flags().MarkHidden(name)
 	}
-	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory)")
+	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory; a tab and what follows it, such as the size bench run --files-from takes, are ignored)")
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", 64, "objects fetched in parallel (through a mount, a file of n MiB counts n times, at most 8)")
 	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
 	return cmd
@@ -78,7 +78,10 @@ func readList(file string) (map[string]bool, error) {
 	set := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" {
+		// What follows a tab is ignored: bench run --files-from lists take
+		// a size there, and the same list warms the same files.
+		name, _, _ := strings.Cut(sc.Text(), "\t")
+		if line := strings.TrimSpace(name); line != "" {
 			set[path.Clean("/" + line)[1:]] = true
 		}
 	}
