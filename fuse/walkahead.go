@@ -30,9 +30,10 @@ const maxWalkQueue = 1 << 16
 // and doubles with each further subdirectory the walker lists: a full walk
 // soon has every sibling in flight, while an ls of two directories lists a
 // window more beside them and one inside the second (no data), at most
-// once per metadata TTL. It lists no
-// deeper than the walker has reached: the siblings of what it lists, and
-// the subdirectories of the directory it enters.
+// once per metadata TTL. It lists as deep as the walker has gone: once the
+// walker has listed inside a subdirectory, the subdirectories listed ahead
+// beside it are listed as many levels down, so that a tree of several
+// levels costs no round trip per directory the walker enters.
 type walkAhead struct {
 	ns       *namespace
 	ctx      context.Context // the mount's lifetime
@@ -41,8 +42,16 @@ type walkAhead struct {
 
 	mu      sync.Mutex
 	parents map[string]*walkedParent // guarded by mu; by parent directory
-	queue   []string                 // guarded by mu: directories to list, in order
+	queue   []walkItem               // guarded by mu: siblings to list, in order
+	inside  []walkItem               // guarded by mu: subdirectories to list first, a stack
 	running int                      // guarded by mu: workers alive
+}
+
+// walkItem is a directory to list ahead, and how many levels of its
+// subdirectories to list after it.
+type walkItem struct {
+	dir    string
+	levels int
 }
 
 type walkedParent struct {
@@ -51,6 +60,7 @@ type walkedParent struct {
 	window int       // subdirectories listed ahead of the walker's position
 	ahead  int       // subdirectories before this index (in name order) are queued
 	at     time.Time // when the window last moved
+	depth  int       // levels the walker went down inside one of the subdirectories
 }
 
 func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Logger) *walkAhead {
@@ -69,26 +79,29 @@ func (w *walkAhead) listed(dir string) {
 		return
 	}
 	parent, name := splitKey(strings.TrimSuffix(dir, "/"))
-	if w.advance(parent, name) {
-		w.advance(dir, "")
+	if depth, walked := w.advance(parent, name, 0); walked {
+		w.advance(dir, "", depth-1)
 	}
 }
 
 // advance records that the walker listed the subdirectory name of dir (""
-// when it entered dir in a walk of dir's parent), queues the window of
-// dir's subdirectories after it once dir is being walked, and reports
-// whether dir is. It costs a map lookup and a binary search in dir's
-// listing, whatever the number of its subdirectories.
-func (w *walkAhead) advance(dir, name string) bool {
+// when it entered dir in a walk of dir's parent, or when a worker listed
+// dir ahead: levels says how deep the tree below dir is known to go),
+// queues the window of dir's subdirectories after it once dir is being
+// walked, each to be listed with as many levels below it as the walker has
+// gone down inside dir's subdirectories, and reports that depth and
+// whether dir is being walked. It costs a map lookup and a binary search
+// in dir's listing, whatever the number of its subdirectories.
+func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked bool) {
 	l := w.ns.held(dir)
 	if l == nil {
-		return false
+		return 0, false
 	}
 	pos := -1 // the walker's place among dir's subdirectories
 	if name != "" {
 		i, ok := l.index[name]
 		if !ok || !l.entries[i].dir {
-			return false
+			return 0, false
 		}
 		pos, _ = slices.BinarySearch(l.dirs, i)
 	}
@@ -98,7 +111,7 @@ func (w *walkAhead) advance(dir, name string) bool {
 	if p == nil {
 		if len(w.parents) >= maxWalkQueue {
 			w.mu.Unlock()
-			return false
+			return 0, false
 		}
 		p = &walkedParent{}
 		w.parents[dir] = p
@@ -110,12 +123,16 @@ func (w *walkAhead) advance(dir, name string) bool {
 		p.last = name
 		p.listed = min(p.listed+1, walkAfter)
 	}
+	p.depth = max(p.depth, levels)
+	if name != "" {
+		w.wentDown(dir, p.depth)
+	}
 	if now.Sub(p.at) >= w.ns.ttl { // a walk after the listings expired starts over
 		p.window, p.ahead = 0, 0
 	}
 	if p.listed < walkAfter {
 		w.mu.Unlock()
-		return false
+		return p.depth, false
 	}
 	from, to := 0, 0
 	if len(l.dirs) > 0 {
@@ -125,55 +142,91 @@ func (w *walkAhead) advance(dir, name string) bool {
 			p.ahead, p.at = to, now
 		}
 	}
+	depth = p.depth
 	w.mu.Unlock()
 
-	var todo []string
+	var todo []walkItem
 	for _, i := range l.dirs[min(from, to):to] {
 		if sub := dir + l.entries[i].name + "/"; w.ns.cached(sub) == nil {
-			todo = append(todo, sub)
+			todo = append(todo, walkItem{sub, depth})
 		}
 	}
-	w.enqueue(todo)
-	return true
+	w.enqueue(todo, name == "")
+	return depth, true
 }
 
-// enqueue queues dirs for listing and starts workers for them.
-func (w *walkAhead) enqueue(dirs []string) {
-	if len(dirs) == 0 {
+// wentDown records, in dir's ancestors, that the walker listed a
+// subdirectory of dir, whose own subdirectories it had gone depth levels
+// down into: a subdirectory of the parent is then depth+1 levels deep.
+// Callers hold mu.
+func (w *walkAhead) wentDown(dir string, depth int) {
+	for dir != "" {
+		parent, _ := splitKey(strings.TrimSuffix(dir, "/"))
+		p := w.parents[parent]
+		if depth++; p == nil || p.depth >= depth {
+			return
+		}
+		p.depth = depth
+		dir = parent
+	}
+}
+
+// enqueue queues items for listing and starts workers for them: the
+// subdirectories of a directory being entered (inside) before the
+// siblings of the walker's place, as the walker goes down before it goes on.
+func (w *walkAhead) enqueue(items []walkItem, inside bool) {
+	if len(items) == 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	dirs = dirs[:min(len(dirs), maxWalkQueue-len(w.queue))]
-	w.queue = append(w.queue, dirs...)
-	for ; w.running < w.parallel && w.running < len(w.queue); w.running++ {
+	items = items[:min(len(items), maxWalkQueue-len(w.queue)-len(w.inside))]
+	if inside {
+		for _, it := range slices.Backward(items) { // popped from the end, in order
+			w.inside = append(w.inside, it)
+		}
+	} else {
+		w.queue = append(w.queue, items...)
+	}
+	for ; w.running < w.parallel && w.running < len(w.queue)+len(w.inside); w.running++ {
 		go w.worker()
 	}
 }
 
-// worker lists queued directories until the queue is empty or the mount
-// ends. A failed LIST drops the queue: the store is failing, and the
+// worker lists queued directories until the queues are empty or the mount
+// ends, and queues the subdirectories of each that the walk will go down
+// into. A failed LIST drops the queues: the store is failing, and the
 // walker's own readdir reports it.
 func (w *walkAhead) worker() {
 	for {
 		w.mu.Lock()
-		if len(w.queue) == 0 || w.ctx.Err() != nil {
-			w.queue = nil
+		if len(w.queue)+len(w.inside) == 0 || w.ctx.Err() != nil {
+			w.queue, w.inside = nil, nil
 			w.running--
 			w.mu.Unlock()
 			return
 		}
-		dir := w.queue[0]
-		w.queue = w.queue[1:]
-		w.mu.Unlock()
-		if w.ns.cached(dir) != nil {
-			continue // the walker got there first
+		var it walkItem
+		if n := len(w.inside); n > 0 {
+			it, w.inside = w.inside[n-1], w.inside[:n-1]
+		} else {
+			it, w.queue = w.queue[0], w.queue[1:]
 		}
-		if _, err := w.ns.list(w.ctx, dir); err != nil && w.ctx.Err() == nil {
-			w.log.Debug("listing ahead of a walk failed; dropping the rest", "dir", dir, "err", err)
-			w.mu.Lock()
-			w.queue = nil
-			w.mu.Unlock()
+		w.mu.Unlock()
+		if w.ns.cached(it.dir) != nil {
+			continue // the walker got there first, and goes on from there
+		}
+		if _, err := w.ns.list(w.ctx, it.dir); err != nil {
+			if w.ctx.Err() == nil {
+				w.log.Debug("listing ahead of a walk failed; dropping the rest", "dir", it.dir, "err", err)
+				w.mu.Lock()
+				w.queue, w.inside = nil, nil
+				w.mu.Unlock()
+			}
+			continue
+		}
+		if it.levels > 0 {
+			w.advance(it.dir, "", it.levels-1)
 		}
 	}
 }

@@ -268,6 +268,62 @@ func TestWalkAheadTwoLevels(t *testing.T) {
 	}
 }
 
+// TestWalkAheadDeepTree: once the walker has gone down inside one
+// directory, the directories listed ahead beside it are listed as many
+// levels down (here two), so that it finds every directory it enters
+// listed; the subdirectories of the one it enters go before the siblings.
+// Each directory is listed once.
+func TestWalkAheadDeepTree(t *testing.T) {
+	const classes, subs, leaves, parallel = 12, 2, 2, 4
+	objs := map[string][]byte{}
+	for c := range classes {
+		for s := range subs {
+			for l := range leaves {
+				objs[fmt.Sprintf("ds/c%02d/s%d/t%d/f", c, s, l)] = []byte(fmt.Sprintf("%d/%d/%d", c, s, l))
+			}
+		}
+	}
+	st := &listCounter{memStore: memStore{objs: objs}, delay: 5 * time.Millisecond, lists: map[string]int{}}
+	m := mountCfg(t, Config{Store: st, ListAhead: parallel})
+	w := m.FS.walk
+	idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }
+	below := func(c int) (subsListed, leavesListed int) {
+		n, _ := st.counts()
+		for s := range subs {
+			subsListed += n[fmt.Sprintf("ds/c%02d/s%d/", c, s)]
+			for l := range leaves {
+				leavesListed += n[fmt.Sprintf("ds/c%02d/s%d/t%d/", c, s, l)]
+			}
+		}
+		return subsListed, leavesListed
+	}
+	if got := walk(t, filepath.Join(m.Dir, "ds", "c00")); got != subs*leaves {
+		t.Fatalf("walk of c00 found %d files, want %d", got, subs*leaves)
+	}
+	if _, err := os.ReadDir(filepath.Join(m.Dir, "ds", "c01")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the workers to stop", idle)
+	for c := 1; c < classes; c++ {
+		want := 0
+		if c <= 1+2*parallel { // c01, entered, and the first window after it
+			want = 1
+		}
+		if s, l := below(c); s != want*subs || l != want*subs*leaves {
+			t.Errorf("c%02d: %d subdirectories and %d below them listed ahead, want %d and %d", c, s, l, want*subs, want*subs*leaves)
+		}
+	}
+	if got := walk(t, m.Dir); got != classes*subs*leaves {
+		t.Errorf("walk found %d files, want %d", got, classes*subs*leaves)
+	}
+	n, _ := st.counts()
+	for k, v := range n {
+		if v != 1 {
+			t.Errorf("%s listed %d times, want once", k, v)
+		}
+	}
+}
+
 // BenchmarkWalkAheadListed: what a walker's readdir costs the walk-ahead in
 // a directory of 10,000 subdirectories, all listed already (no LIST is
 // queued): a lookup in the parent's listing, not a pass over its entries.

@@ -5,7 +5,7 @@
 // test timeout skips its Stop. It also settles FUSE polling for tests that
 // read mounts their own process serves (SettleFUSEPoll).
 //
-// It is for tests and the local demo tools (internal/tools). It does not install the server: `make test-deps`
+// It is for tests and the local demo tools (internal/tools). It does not install the server: `make deps`
 // (run by `make test`) does; a missing binary is a test failure with a clear
 // message, never a silent skip.
 package testenv
@@ -66,7 +66,7 @@ func Binary() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("versitygw not found (set $VERSITYGW, or run `make test-deps`)")
+	return "", fmt.Errorf("versitygw not found (set $VERSITYGW, or run `make deps`)")
 }
 
 // Start launches a server in a new temporary directory and waits until it answers.
