@@ -269,6 +269,8 @@ func (d dirSiblings) Files(dir string) []store.Object {
 	for _, o := range d.objs {
 		if parentOf(o.Key) == dir {
 			out = append(out, o)
+		} else if out == nil && strings.HasPrefix(o.Key, dir) {
+			out = []store.Object{} // listed: it holds directories, no file
 		}
 	}
 	return out

@@ -14,12 +14,14 @@ import (
 // that reads one subtree never touches the others.
 const sweepAfter = 2
 
-// spreadAfter is how many directories of one parent must be swept (each
-// for its own opens) before every other directory of that parent is swept
-// too: reads that spread over that many siblings are an epoch over all of
-// them, and with few files in each directory (ImageNet's 1,000 classes in a
-// small sample) waiting for two opens in each leaves much of the epoch to
-// one GET per file.
+// spreadAfter is how many subdirectories of one directory must hold a
+// directory swept for its own opens before every directory below it is
+// swept too: reads that spread over that many siblings are an epoch over
+// all of them, and with few files in each directory (ImageNet's 1,000
+// classes in a small sample) waiting for two opens in each leaves much of
+// the epoch to one GET per file. In a deeper tree
+// (train/<class>/<subject>/) the reads spread over four classes as soon as
+// over four subjects of one class, and the sweep takes the whole dataset.
 const spreadAfter = 4
 
 // sweeper fetches the rest of each directory whose files are being read,
@@ -32,7 +34,7 @@ type sweeper struct {
 
 	mu       sync.Mutex
 	dirs     map[string]*sweepDir // guarded by mu
-	spread   map[string]int       // guarded by mu: directories swept for their opens, by parent
+	spread   map[string]int       // guarded by mu: by directory, its subdirectories that hold a swept directory
 	unlisted map[string]*unlisted // guarded by mu: parents spread to while some directories had no listing
 	queue    []store.Object       // guarded by mu: files to fetch, in order
 	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
@@ -41,15 +43,17 @@ type sweeper struct {
 }
 
 type sweepDir struct {
-	opens  int
-	queued bool
+	opens   int
+	queued  bool
+	counted bool // in its parent's spread: it holds a swept directory
 }
 
 // unlisted is what a spread over a parent left for later: its directories
 // that had no listing yet, and when it ran.
 type unlisted struct {
-	dirs []string
-	at   time.Time
+	parent string
+	dirs   []string
+	at     time.Time
 }
 
 // respreadEvery bounds how often a spread returns to the directories it
@@ -64,17 +68,16 @@ func parentOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1
 
 // opened counts an open in the file's directory and, once enough of it is
 // being read, queues the rest of it, and once enough of its siblings are,
-// every sibling, while the sweep stays within SweepBytes. Once a parent's
-// reads have spread, a directory of it is swept at its first open: a job
-// that opens files from a list of paths, never walking the tree, has no
-// listing of a directory before its first open, so the spread could not
-// queue it.
+// every directory below their parent, while the sweep stays within
+// SweepBytes. Once an ancestor's reads have spread, a directory below it is
+// swept at its first open: a job that opens files from a list of paths,
+// never walking the tree, has no listing of a directory before its first
+// open, so the spread could not queue it.
 func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	if sib == nil {
 		return
 	}
 	dir := parentOf(obj.Key)
-	parent := parentOf(strings.TrimSuffix(dir, "/"))
 	s.mu.Lock()
 	d := s.dirLocked(dir)
 	if d == nil || d.queued {
@@ -82,7 +85,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	need := sweepAfter
-	if dir != "" && s.spread[parent] >= spreadAfter {
+	if s.spreadOverLocked(dir) {
 		need = 1
 	}
 	if d.opens++; d.opens < need {
@@ -90,31 +93,60 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	d.queued = true
-	spreads, respread := false, []string(nil)
-	if dir != "" { // the bucket's top level has no parent
-		s.spread[parent]++
-		spreads = s.spread[parent] == spreadAfter
-		if u := s.unlisted[parent]; u != nil && time.Since(u.at) >= respreadEvery {
-			respread = u.dirs // this spread takes them; it files what is still unlisted
-			delete(s.unlisted, parent)
+	// Each ancestor counts its children that hold a swept directory (this
+	// one, or one below), and spreads at spreadAfter of them; the bucket's
+	// top level has no parent. Earlier spreads may have left directories
+	// below any ancestor unlisted.
+	var spreads []string // innermost first
+	var respread []unlisted
+	counting := true
+	for a, child := parentOf(strings.TrimSuffix(dir, "/")), dir; child != ""; a, child = parentOf(strings.TrimSuffix(a, "/")), a {
+		if u := s.unlisted[a]; u != nil && time.Since(u.at) >= respreadEvery {
+			respread = append(respread, *u) // this spread takes them; it files what is still unlisted
+			delete(s.unlisted, a)
+		}
+		if c := s.dirLocked(child); counting && c != nil && !c.counted {
+			c.counted = true
+			if s.spread[a]++; s.spread[a] == spreadAfter {
+				spreads = append(spreads, a)
+			}
+		} else {
+			counting = false // counted before, and so were its ancestors
 		}
 	}
 	s.mu.Unlock()
 
 	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
-	switch {
-	case spreads:
-		s.spreadTo(sib, parent, sib.Dirs(parent))
-	case respread != nil:
-		s.spreadTo(sib, parent, respread)
+	for _, a := range spreads {
+		if !s.spreadTo(sib, a, sib.Dirs(a)) {
+			return
+		}
+	}
+	for _, u := range respread {
+		if !s.spreadTo(sib, u.parent, u.dirs) {
+			return
+		}
 	}
 }
 
-// spreadTo queues each of dirs (directories of parent) not queued yet
-// whose listing is held. Those not listed yet are left for a later spread
-// (the mount lists ahead of a reader that opens files across directories)
-// or for their own first open.
-func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) {
+// spreadOverLocked reports whether reads have spread over an ancestor of
+// dir. Callers hold mu.
+func (s *sweeper) spreadOverLocked(dir string) bool {
+	for a := dir; a != ""; {
+		a = parentOf(strings.TrimSuffix(a, "/"))
+		if s.spread[a] >= spreadAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// spreadTo queues the files of each of dirs (directories of parent) not
+// queued yet whose listing is held, and of every directory below them.
+// Those not listed yet are left for a later spread (the mount lists ahead
+// of a reader that opens files across directories) or for their own first
+// open. It reports false once the sweep is full.
+func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) bool {
 	var later []string
 	for _, sub := range dirs {
 		s.mu.Lock()
@@ -134,14 +166,18 @@ func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) {
 		d.queued = true
 		s.mu.Unlock()
 		if !skip && !s.queueFiles(files) {
-			return // the sweep is full: no later spread can add any
+			return false // the sweep is full: no later spread can add any
+		}
+		if below := sib.Dirs(sub); len(below) > 0 && !s.spreadTo(sib, sub, below) {
+			return false
 		}
 	}
 	if len(later) > 0 {
 		s.mu.Lock()
-		s.unlisted[parent] = &unlisted{dirs: later, at: time.Now()}
+		s.unlisted[parent] = &unlisted{parent: parent, dirs: later, at: time.Now()}
 		s.mu.Unlock()
 	}
+	return true
 }
 
 // dirLocked returns the state of dir, new if need be; nil past

@@ -120,6 +120,64 @@ func TestSweepSpreads(t *testing.T) {
 	}
 }
 
+// TestSweepSpreadsOverDeeperTree: in a tree two levels deep, reads that
+// have spread over spreadAfter classes (one subdirectory of each, two
+// files opened there) sweep every subdirectory of every class, not only
+// the ones read; reads over one class fewer sweep only those read.
+func TestSweepSpreadsOverDeeperTree(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		classes   int
+		wantAllOf bool
+	}{
+		{"spread", spreadAfter, true},
+		{"not yet", spreadAfter - 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			var classes [][][]store.Object // by class, by subdirectory
+			var all []store.Object
+			for c := range 8 {
+				subs, objs := addClasses(st, fmt.Sprintf("ds/c%d/", c), 3)
+				classes = append(classes, subs)
+				all = append(all, objs...)
+			}
+			l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+			l.SetSiblings(dirSiblings{objs: all})
+			for _, subs := range classes[:tc.classes] {
+				for _, o := range subs[0][:2] {
+					if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var unread []store.Object
+			for i, subs := range classes {
+				for j, objs := range subs {
+					if i < tc.classes && j == 0 {
+						waitFor(t, fmt.Sprintf("sweep of c%d/class00, read", i), func() bool { return fetchedFiles(st, objs) == len(objs) })
+					} else {
+						unread = append(unread, objs...)
+					}
+				}
+			}
+			if tc.wantAllOf {
+				waitFor(t, "sweep of every directory not read", func() bool { return fetchedFiles(st, unread) == len(unread) })
+			} else {
+				time.Sleep(50 * time.Millisecond)
+				if n := fetchedFiles(st, unread); n != 0 {
+					t.Fatalf("%d files of directories not read fetched before reads spread over %d classes", n, spreadAfter)
+				}
+			}
+			for _, o := range all {
+				if g := len(st.getsOf(o.Key)); g > 1 {
+					t.Fatalf("%s: %d GETs, want at most 1", o.Key, g)
+				}
+			}
+		})
+	}
+}
+
 // partlyListed is dirSiblings where only the directories in listed have a
 // listing yet, as in a mount whose job opens files from a list of paths
 // (a directory is listed at its first lookup, or by the mount's walk-ahead).
