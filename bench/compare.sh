@@ -31,6 +31,7 @@
 # (`dataccel bench compare-report`).
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
 # other file mixes and orders: MEAN_SIZE (110000; within MIN_SIZE..MAX_SIZE), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
+# SUBDIRS (0; N splits each class directory into N subdirectories, a tree two levels deep),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
 # per worker), CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses),
 # WALK (1: every path is walked before its first epoch, as ImageFolder does; 0: the bench reads
@@ -41,13 +42,13 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
-MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100}
+MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100} SUBDIRS=${SUBDIRS:-0}
 ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg} WALK=${WALK:-1}
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
 case $WALK in 0|1) ;; *) echo "WALK=$WALK: want 1 or 0" >&2; exit 2 ;; esac
 case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
-for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES READERS BATCH RTT_MS; do
+for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES SUBDIRS READERS BATCH RTT_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: want a whole number" >&2; exit 2; }
 done
 ((MIN_SIZE <= MEAN_SIZE && MEAN_SIZE <= MAX_SIZE)) ||
@@ -55,6 +56,7 @@ done
 DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
 [[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
+((SUBDIRS == 0)) || DS=$DS-s$SUBDIRS
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
@@ -75,8 +77,8 @@ trap cleanup EXIT
 
 s3_up "$RTT_MS"
 
-say "dataset $DS: $FILES ImageNet-like files (mean $MEAN_SIZE bytes) in $CLASSES directories, and a 10,000-file directory"
-ensure_dataset "$DS" "$FILES" --classes "$CLASSES" --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE" --content "$CONTENT"
+say "dataset $DS: $FILES ImageNet-like files (mean $MEAN_SIZE bytes) in $CLASSES directories$( ((SUBDIRS == 0)) || echo " of $SUBDIRS subdirectories"), and a 10,000-file directory"
+ensure_dataset "$DS" "$FILES" --classes "$CLASSES" --subdirs "$SUBDIRS" --mean-size "$MEAN_SIZE" --min-size "$MIN_SIZE" --max-size "$MAX_SIZE" --content "$CONTENT"
 ensure_dataset flat10k 10000 --classes 1 --mean-size 2000 --min-size 1000 --max-size 4000
 BYTES=$(s3tool stat -prefix "$DS/" | sed -n 's/.* bytes=\([0-9]*\).*/\1/p')
 # The local-disk reads use a copy: the server's own files are read by every GET, so their page
@@ -239,7 +241,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" --arg walk "$WALK" \
-  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK make compare" '
+  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES SUBDIRS=$SUBDIRS ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK make compare" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
   def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
   def role: if test("/mnt-dataccel/") then "dataccel" elif test("/mnt-s3fs/") then "s3fs"

@@ -62,6 +62,10 @@ func (d DirPutter) Put(_ context.Context, key string, r io.Reader, size int64) (
 type GenConfig struct {
 	Files   int
 	Classes int
+	// Subdirs splits each class directory into this many subdirectories
+	// (s00, s01, ...), a tree two levels deep; 0 puts the files in the
+	// class directories.
+	Subdirs int
 	// MeanSize is the target mean file size in bytes; sizes are log-normal
 	// with shape Sigma, bounded to [MinSize, MaxSize].
 	MeanSize         int64
@@ -135,6 +139,9 @@ func (c GenConfig) Validate() error {
 	if c.Files <= 0 {
 		return errors.New("gen: no files requested")
 	}
+	if c.Subdirs < 0 {
+		return fmt.Errorf("gen: %d subdirectories per class: want 0 or more", c.Subdirs)
+	}
 	if c.Content != ContentJPEG && c.Content != ContentText {
 		return fmt.Errorf("gen: content %q: want %s or %s", c.Content, ContentJPEG, ContentText)
 	}
@@ -169,14 +176,20 @@ func (c GenConfig) Plan() []GenFile {
 }
 
 // key names file i like ImageNet: CLASS/CLASS_NUMBER.JPEG (.jsonl for
-// text), files dealt round-robin over the classes.
+// text), files dealt round-robin over the classes, and within a class over
+// its subdirectories (CLASS/sNN/CLASS_NUMBER.JPEG) when there are some.
 func (c GenConfig) key(i int) string {
 	class := fmt.Sprintf("n%08d", 1440764+(i%c.Classes)*1000)
 	ext := ".JPEG"
 	if c.Content == ContentText {
 		ext = ".jsonl"
 	}
-	return path.Join(strings.TrimSuffix(c.Prefix, "/"), class, fmt.Sprintf("%s_%d%s", class, i/c.Classes, ext))
+	n := i / c.Classes
+	dir := class
+	if c.Subdirs > 0 {
+		dir = path.Join(class, fmt.Sprintf("s%02d", n%c.Subdirs))
+	}
+	return path.Join(strings.TrimSuffix(c.Prefix, "/"), dir, fmt.Sprintf("%s_%d%s", class, n, ext))
 }
 
 // size draws file i's size from its own stream, so the dataset does not

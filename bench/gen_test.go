@@ -34,6 +34,32 @@ func TestPlanSizes(t *testing.T) {
 	}
 }
 
+// TestPlanSubdirs: with Subdirs, each class directory holds that many
+// subdirectories, the class's files dealt evenly over them, and no file
+// directly; a negative count is refused.
+func TestPlanSubdirs(t *testing.T) {
+	cfg := GenConfig{Files: 600, Classes: 10, Subdirs: 3, Seed: 1}
+	perDir := map[string]int{}
+	for _, f := range cfg.Plan() {
+		parts := strings.Split(f.Key, "/")
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], parts[0]+"_") {
+			t.Fatalf("%s: want CLASS/SUBDIR/CLASS_N", f.Key)
+		}
+		perDir[parts[0]+"/"+parts[1]]++
+	}
+	if len(perDir) != 30 {
+		t.Errorf("%d subdirectories, want 30", len(perDir))
+	}
+	for d, n := range perDir {
+		if n != 20 {
+			t.Errorf("%s holds %d files, want 20", d, n)
+		}
+	}
+	if err := (GenConfig{Files: 1, Subdirs: -1}).Validate(); err == nil {
+		t.Error("Subdirs -1: no error")
+	}
+}
+
 func TestGenerateDeterministic(t *testing.T) {
 	gen := func(seed uint64) string {
 		dir := t.TempDir()

@@ -136,6 +136,7 @@ func newBenchGenCmd() *cobra.Command {
 	fl.StringVar(&preset, "preset", "", "dataset shape: "+strings.Join(presets, ", "))
 	fl.IntVarP(&cfg.Files, "files", "n", 1000, "number of files")
 	fl.IntVar(&cfg.Classes, "classes", 10, "number of class directories")
+	fl.IntVar(&cfg.Subdirs, "subdirs", 0, "subdirectories in each class directory, a tree two levels deep (0: files in the class directories)")
 	fl.Int64Var(&cfg.MeanSize, "mean-size", 110_000, "mean file size in bytes (log-normal, bounded to --min-size..--max-size)")
 	fl.Int64Var(&cfg.MinSize, "min-size", 10_000, "smallest file in bytes")
 	fl.Int64Var(&cfg.MaxSize, "max-size", 1_000_000, "largest file in bytes")
