@@ -31,9 +31,10 @@ const maxWalkQueue = 1 << 16
 // soon has every sibling in flight, while an ls of two directories lists a
 // window more beside them and one inside the second (no data), at most
 // once per metadata TTL. It lists as deep as the walker has gone: once the
-// walker has listed inside a subdirectory, the subdirectories listed ahead
-// beside it are listed as many levels down, so that a tree of several
-// levels costs no round trip per directory the walker enters.
+// walker has listed inside two subdirectories of one directory, the
+// subdirectories listed ahead beside them are listed as many levels down,
+// so that a tree of several levels costs no round trip per directory the
+// walker enters (after one, an ls of the next is as likely as a walk).
 type walkAhead struct {
 	ns       *namespace
 	ctx      context.Context // the mount's lifetime
@@ -61,6 +62,12 @@ type walkedParent struct {
 	ahead  int       // subdirectories before this index (in name order) are queued
 	at     time.Time // when the window last moved
 	depth  int       // levels the walker went down inside one of the subdirectories
+	// downs counts the subdirectories the walker listed inside, up to
+	// walkAfter (lastDown the last): only then are the subdirectories
+	// listed ahead listed below too.
+	downs    int
+	lastDown string
+	entered  bool // its first window is queued (the walker entered it, or it was listed ahead below)
 }
 
 func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Logger) *walkAhead {
@@ -116,23 +123,35 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 		p = &walkedParent{}
 		w.parents[dir] = p
 	}
-	switch {
-	case name == "":
-		p.listed = walkAfter
-	case p.last != name:
-		p.last = name
-		p.listed = min(p.listed+1, walkAfter)
-	}
-	p.depth = max(p.depth, levels)
-	if name != "" {
-		w.wentDown(dir, p.depth)
-	}
 	if now.Sub(p.at) >= w.ns.ttl { // a walk after the listings expired starts over
-		p.window, p.ahead = 0, 0
+		p.window, p.ahead, p.entered = 0, 0, false
+	}
+	var exp expansion
+	switch {
+	case name == "" && p.entered: // listed ahead, or entered, before: its first window is queued
+		depth = max(p.depth, levels)
+		w.mu.Unlock()
+		return depth, true
+	case name == "":
+		p.listed, p.entered = walkAfter, true
+		p.depth = max(p.depth, levels)
+		depth = p.depth
+	default:
+		if p.last != name {
+			p.last = name
+			p.listed = min(p.listed+1, walkAfter)
+		}
+		exp = w.wentDown(dir, p.depth)
+		// Below the siblings only once the walker has gone down into two
+		// of them: after one, an ls of another is as likely.
+		if p.downs >= walkAfter {
+			depth = p.depth
+		}
 	}
 	if p.listed < walkAfter {
 		w.mu.Unlock()
-		return p.depth, false
+		w.expand(exp)
+		return depth, false
 	}
 	from, to := 0, 0
 	if len(l.dirs) > 0 {
@@ -142,7 +161,6 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 			p.ahead, p.at = to, now
 		}
 	}
-	depth = p.depth
 	w.mu.Unlock()
 
 	var todo []walkItem
@@ -152,23 +170,74 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 		}
 	}
 	w.enqueue(todo, name == "")
+	w.expand(exp)
 	return depth, true
 }
 
-// wentDown records, in dir's ancestors, that the walker listed a
-// subdirectory of dir, whose own subdirectories it had gone depth levels
-// down into: a subdirectory of the parent is then depth+1 levels deep.
-// Callers hold mu.
-func (w *walkAhead) wentDown(dir string, depth int) {
-	for dir != "" {
-		parent, _ := splitKey(strings.TrimSuffix(dir, "/"))
-		p := w.parents[parent]
-		if depth++; p == nil || p.depth >= depth {
-			return
-		}
-		p.depth = depth
-		dir = parent
+// expansion is a window of subdirectories of parent, queued before the
+// walker was seen going down into them, to be listed levels further down
+// now that it was: those after the subdirectory named after, up to ahead.
+type expansion struct {
+	parent, after string
+	ahead, levels int
+}
+
+// wentDown records that the walker listed inside dir, whose own
+// subdirectories it had gone depth levels down into: dir's parent has one
+// more subdirectory gone into, and its ancestors are depth+1, depth+2...
+// levels deep. When that makes walkAfter subdirectories of the parent
+// gone into, it returns the window of the parent's subdirectories queued
+// so far, to be listed below too. Callers hold mu.
+func (w *walkAhead) wentDown(dir string, depth int) (exp expansion) {
+	if dir == "" {
+		return exp
 	}
+	parent, name := splitKey(strings.TrimSuffix(dir, "/"))
+	p := w.parents[parent]
+	if p == nil {
+		return exp
+	}
+	first := p // dir's parent
+	expands := false
+	if p.lastDown != name && p.downs < walkAfter {
+		p.lastDown = name
+		p.downs++
+		expands = p.downs == walkAfter
+	}
+	for up := parent; p != nil && p.depth < depth+1; p = w.parents[up] {
+		depth++
+		p.depth = depth
+		if up == "" {
+			break
+		}
+		up, _ = splitKey(strings.TrimSuffix(up, "/"))
+	}
+	if expands {
+		exp = expansion{parent: parent, after: name, ahead: first.ahead, levels: first.depth}
+	}
+	return exp
+}
+
+// expand queues the subdirectories of an expansion's window for listing
+// below them.
+func (w *walkAhead) expand(exp expansion) {
+	if exp.levels <= 0 {
+		return
+	}
+	l := w.ns.held(exp.parent)
+	if l == nil {
+		return
+	}
+	i, ok := l.index[exp.after]
+	if !ok {
+		return
+	}
+	pos, _ := slices.BinarySearch(l.dirs, i)
+	var todo []walkItem
+	for _, i := range l.dirs[min(pos+1, len(l.dirs)):min(max(exp.ahead, pos+1), len(l.dirs))] {
+		todo = append(todo, walkItem{exp.parent + l.entries[i].name + "/", exp.levels})
+	}
+	w.enqueue(todo, false)
 }
 
 // enqueue queues items for listing and starts workers for them: the
@@ -213,17 +282,16 @@ func (w *walkAhead) worker() {
 			it, w.queue = w.queue[0], w.queue[1:]
 		}
 		w.mu.Unlock()
-		if w.ns.cached(it.dir) != nil {
-			continue // the walker got there first, and goes on from there
-		}
-		if _, err := w.ns.list(w.ctx, it.dir); err != nil {
-			if w.ctx.Err() == nil {
-				w.log.Debug("listing ahead of a walk failed; dropping the rest", "dir", it.dir, "err", err)
-				w.mu.Lock()
-				w.queue, w.inside = nil, nil
-				w.mu.Unlock()
+		if w.ns.cached(it.dir) == nil {
+			if _, err := w.ns.list(w.ctx, it.dir); err != nil {
+				if w.ctx.Err() == nil {
+					w.log.Debug("listing ahead of a walk failed; dropping the rest", "dir", it.dir, "err", err)
+					w.mu.Lock()
+					w.queue, w.inside = nil, nil
+					w.mu.Unlock()
+				}
+				continue
 			}
-			continue
 		}
 		if it.levels > 0 {
 			w.advance(it.dir, "", it.levels-1)

@@ -268,11 +268,12 @@ func TestWalkAheadTwoLevels(t *testing.T) {
 	}
 }
 
-// TestWalkAheadDeepTree: once the walker has gone down inside one
-// directory, the directories listed ahead beside it are listed as many
-// levels down (here two), so that it finds every directory it enters
-// listed; the subdirectories of the one it enters go before the siblings.
-// Each directory is listed once.
+// TestWalkAheadDeepTree: once the walker has gone down into two
+// directories of one parent, the directories listed ahead beside them are
+// listed as many levels down as it went (here two), so that it finds
+// every directory it enters listed; after one, an ls of the next lists
+// nothing below the window (it is as likely as a walk). Each directory is
+// listed once.
 func TestWalkAheadDeepTree(t *testing.T) {
 	const classes, subs, leaves, parallel = 12, 2, 2, 4
 	objs := map[string][]byte{}
@@ -287,32 +288,52 @@ func TestWalkAheadDeepTree(t *testing.T) {
 	m := mountCfg(t, Config{Store: st, ListAhead: parallel})
 	w := m.FS.walk
 	idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }
-	below := func(c int) (subsListed, leavesListed int) {
+	below := func(c int) [2]int { // subdirectories of class c listed, and directories below them
 		n, _ := st.counts()
+		var got [2]int
 		for s := range subs {
-			subsListed += n[fmt.Sprintf("ds/c%02d/s%d/", c, s)]
+			got[0] += n[fmt.Sprintf("ds/c%02d/s%d/", c, s)]
 			for l := range leaves {
-				leavesListed += n[fmt.Sprintf("ds/c%02d/s%d/t%d/", c, s, l)]
+				got[1] += n[fmt.Sprintf("ds/c%02d/s%d/t%d/", c, s, l)]
 			}
 		}
-		return subsListed, leavesListed
+		return got
 	}
+	check := func(when string, want func(c int) [2]int) {
+		t.Helper()
+		waitFor(t, "the workers to stop", idle)
+		for c := 1; c < classes; c++ {
+			if got := below(c); got != want(c) {
+				t.Errorf("%s: c%02d: %d subdirectories and %d below them listed, want %d and %d", when, c, got[0], got[1], want(c)[0], want(c)[1])
+			}
+		}
+	}
+	inWindow := func(c int) bool { return c <= 1+2*parallel } // c01, entered, and the first window after it
+
 	if got := walk(t, filepath.Join(m.Dir, "ds", "c00")); got != subs*leaves {
 		t.Fatalf("walk of c00 found %d files, want %d", got, subs*leaves)
 	}
 	if _, err := os.ReadDir(filepath.Join(m.Dir, "ds", "c01")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the workers to stop", idle)
-	for c := 1; c < classes; c++ {
-		want := 0
-		if c <= 1+2*parallel { // c01, entered, and the first window after it
-			want = 1
+	check("after a walk of c00 and an ls of c01", func(c int) [2]int {
+		if c == 1 {
+			return [2]int{subs, 0} // entered
 		}
-		if s, l := below(c); s != want*subs || l != want*subs*leaves {
-			t.Errorf("c%02d: %d subdirectories and %d below them listed ahead, want %d and %d", c, s, l, want*subs, want*subs*leaves)
-		}
+		return [2]int{}
+	})
+	if _, err := os.ReadDir(filepath.Join(m.Dir, "ds", "c01", "s0")); err != nil {
+		t.Fatal(err)
 	}
+	check("after the walker went down into c01 too", func(c int) [2]int {
+		switch {
+		case c == 1:
+			return [2]int{subs, leaves} // entered, and s0 entered
+		case inWindow(c):
+			return [2]int{subs, subs * leaves}
+		}
+		return [2]int{}
+	})
 	if got := walk(t, m.Dir); got != classes*subs*leaves {
 		t.Errorf("walk found %d files, want %d", got, classes*subs*leaves)
 	}
