@@ -570,3 +570,84 @@ func TestHungMountCleaned(t *testing.T) {
 		t.Fatalf("read after cleaning the hung mount: %q %v", b, err)
 	}
 }
+
+// TestSweepThroughMountDeepTree: against the real server, a job that reads
+// a tree two levels deep (class/subject/file) from a list of paths, never
+// walking it: once its reads have spread over four classes (two files of
+// one subject each), the sweep fetches every other file of every class,
+// each with about one GET, and every file reads back exact.
+func TestSweepThroughMountDeepTree(t *testing.T) {
+	const classes, subjects, perDir = 6, 3, 6
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	files := map[string][]byte{}
+	for c := range classes {
+		for s := range subjects {
+			for i := range perDir {
+				b := make([]byte, 10<<10+r.IntN(20<<10))
+				for j := range b {
+					b[j] = byte(r.Uint32())
+				}
+				files[fmt.Sprintf("c%d/s%d/f%d.jpg", c, s, i)] = b
+			}
+		}
+	}
+	g := new(errgroup.Group)
+	g.SetLimit(16)
+	for rel, b := range files {
+		g.Go(func() error {
+			_, err := st.Put(context.Background(), "ds/"+rel, bytes.NewReader(b), int64(len(b)))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--ram-cache-size", "64MiB",
+		"--hedge=false", "--manifest", "off", "s3://"+st.Bucket()+"/ds")
+	read := func(rel string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(m.dir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, files[rel]) {
+			t.Fatalf("%s: wrong bytes", rel)
+		}
+	}
+	// Two classes first: their lookups list the rest of the tree ahead.
+	// Then a stat of one file of every subject waits for those listings
+	// (and lists the first class's other subjects, passed before a walk
+	// was seen); a stat opens nothing, so the sweep has not started.
+	for c := range 2 {
+		read(fmt.Sprintf("c%d/s0/f0.jpg", c))
+		read(fmt.Sprintf("c%d/s0/f1.jpg", c))
+	}
+	for c := range classes {
+		for s := range subjects {
+			if _, err := os.Stat(filepath.Join(m.dir, fmt.Sprintf("c%d/s%d/f0.jpg", c, s))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c := 2; c < 4; c++ {
+		read(fmt.Sprintf("c%d/s0/f0.jpg", c))
+		read(fmt.Sprintf("c%d/s0/f1.jpg", c))
+	}
+	// The reads have spread over four classes: the sweep takes every
+	// other file of every class.
+	const readFirst = 8
+	total := classes * subjects * perDir
+	waitFor(t, 10*time.Second, func() bool { return m.stats(t)["prefetch_issued_total"] >= int64(total-readFirst) })
+	for rel := range files {
+		read(rel)
+	}
+	// The counters are a snapshot of up to statsFresh ago: wait for the
+	// reads' GETs to show. The RAM tier may drop a block under contention
+	// (it is best effort), which a read then fetches again: allow a few.
+	var gets int64
+	waitFor(t, 10*time.Second, func() bool { gets = m.stats(t)["store_requests_get_total"]; return gets >= int64(total) })
+	if gets > int64(total+total/20) {
+		t.Errorf("%d GETs for %d files, want about one each", gets, total)
+	}
+}
