@@ -275,6 +275,11 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 	return f.resolveIn(ctx, data, max(1, min(runtime.GOMAXPROCS(0), len(data)/resolvePartBytes)))
 }
 
+// resolveLists is how many directories resolve lists at a time: as many
+// as the walk-ahead's default, whose measurement chose it (a round trip
+// per directory the job has not walked, thousands in a deep tree).
+const resolveLists = 32
+
 // resolveIn is resolve with the list cut into n parts.
 func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object, error) {
 	parts := cutLines(data, n)
@@ -302,7 +307,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		}
 	}
 	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	g.SetLimit(resolveLists)
 	for _, d := range byDir {
 		if d.l = f.ns.cached(d.key); d.l != nil {
 			continue
