@@ -275,9 +275,10 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 	return f.resolveIn(ctx, data, max(1, min(runtime.GOMAXPROCS(0), len(data)/resolvePartBytes)))
 }
 
-// resolveLists is how many directories resolve lists at a time: as many
-// as the walk-ahead's default, whose measurement chose it (a round trip
-// per directory the job has not walked, thousands in a deep tree).
+// resolveLists is how many directories resolve lists at a time (a round
+// trip per directory the job has not walked, thousands in a deep tree):
+// the parallelism measured best for listing ahead of a walker
+// (bench/RESULTS.md, session 25).
 const resolveLists = 32
 
 // resolveIn is resolve with the list cut into n parts.

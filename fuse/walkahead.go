@@ -106,11 +106,10 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 	}
 	pos := -1 // the walker's place among dir's subdirectories
 	if name != "" {
-		i, ok := l.index[name]
-		if !ok || !l.entries[i].dir {
+		var ok bool
+		if pos, ok = subdirPos(l, name); !ok {
 			return 0, false
 		}
-		pos, _ = slices.BinarySearch(l.dirs, i)
 	}
 	now := w.ns.now()
 	w.mu.Lock()
@@ -128,13 +127,13 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 	}
 	var exp expansion
 	switch {
-	case name == "" && p.entered: // listed ahead, or entered, before: its first window is queued
-		depth = max(p.depth, levels)
-		w.mu.Unlock()
-		return depth, true
 	case name == "":
-		p.listed, p.entered = walkAfter, true
 		p.depth = max(p.depth, levels)
+		if p.entered { // listed ahead, or entered, before: its first window is queued
+			w.mu.Unlock()
+			return p.depth, true
+		}
+		p.listed, p.entered = walkAfter, true
 		depth = p.depth
 	default:
 		if p.last != name {
@@ -228,16 +227,26 @@ func (w *walkAhead) expand(exp expansion) {
 	if l == nil {
 		return
 	}
-	i, ok := l.index[exp.after]
+	pos, ok := subdirPos(l, exp.after)
 	if !ok {
 		return
 	}
-	pos, _ := slices.BinarySearch(l.dirs, i)
 	var todo []walkItem
 	for _, i := range l.dirs[min(pos+1, len(l.dirs)):min(max(exp.ahead, pos+1), len(l.dirs))] {
 		todo = append(todo, walkItem{exp.parent + l.entries[i].name + "/", exp.levels})
 	}
 	w.enqueue(todo, false)
+}
+
+// subdirPos is the place of the subdirectory name among l's
+// subdirectories (l.dirs), or false when l has no such subdirectory.
+func subdirPos(l *listing, name string) (int, bool) {
+	i, ok := l.index[name]
+	if !ok || !l.entries[i].dir {
+		return 0, false
+	}
+	pos, _ := slices.BinarySearch(l.dirs, i)
+	return pos, true
 }
 
 // enqueue queues items for listing and starts workers for them: the
