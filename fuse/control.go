@@ -134,9 +134,9 @@ func (a *announceFile) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofus
 	return a.Getattr(ctx, nil, out)
 }
 
-// Open: no per-open state (see fileNode.Open).
+// Open: no per-open state (see fileNode.Open and FS.openControl).
 func (a *announceFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	return nil, 0, syscall.ENOSYS
+	return a.fsys.openControl()
 }
 
 func (a *announceFile) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
@@ -540,7 +540,7 @@ func (s *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS
 	}
-	return nil, 0, syscall.ENOSYS // see fileNode.Open
+	return s.fsys.openControl()
 }
 
 func (s *statsFile) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {

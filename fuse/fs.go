@@ -6,7 +6,9 @@
 // It does not fetch data itself: reads go to a Reader from the Opener it is
 // given (the prefetch loader in production). It does not cache data: the
 // kernel page cache and the prefetch loader do; FS.Store lets prefetch put
-// files into the kernel's page cache before they are read.
+// files into the kernel's page cache before they are read. Large files can
+// be read by the kernel from whole local copies (FUSE passthrough), which
+// it asks a LocalCopies for.
 package fuse
 
 import (
@@ -18,6 +20,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,6 +77,10 @@ type Config struct {
 	// ListAhead is how many LISTs at a time list the subdirectories ahead
 	// of a walker once it has listed two of one directory; 0 turns it off.
 	ListAhead int
+	// Copies and PassthroughMinSize, when both are set, serve files of at
+	// least that size from whole local copies (see passthrough.go).
+	Copies             LocalCopies
+	PassthroughMinSize int64
 }
 
 // FS is the mounted filesystem's state shared by all nodes.
@@ -85,6 +92,7 @@ type FS struct {
 	root    *dirNode           // set once by New, before the mount serves
 	walk    *walkAhead         // lists directories ahead of a walker
 	stop    context.CancelFunc // ends the mount's background work (walk's LISTs)
+	pt      atomic.Int32       // passthrough: ptUndecided, then ptOn or ptOff for good
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -105,6 +113,9 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 	if n.obj.ETag != obj.ETag || n.obj.Size != obj.Size {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, store.ErrChanged)
 	}
+	if f.passthroughFor(obj) {
+		return fmt.Errorf("store %s in the page cache: %w", obj.Key, ErrPassthrough)
+	}
 	if errno := n.WriteCache(off, data); errno != 0 {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, errno)
 	}
@@ -112,6 +123,10 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 }
 
 // lookedUp returns the file node the kernel knows for key, or nil.
+// ErrPassthrough: the kernel reads the file from its local copy, not from
+// the page cache a push would fill.
+var ErrPassthrough = errors.New("fuse: the file is read from its local copy")
+
 func (f *FS) lookedUp(key string) *fileNode {
 	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
 	if !ok || rel == "" || f.root == nil {
@@ -303,7 +318,8 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 // Opens cost no round trip: Open answers ENOSYS, which tells the kernel
 // (FUSE_NO_OPEN_SUPPORT) to stop sending OPEN, FLUSH is refused the same
 // way, and reads arrive without a file handle. A warm epoch then runs at
-// page-cache speed, with no request to this process per file.
+// page-cache speed, with no request to this process per file. A mount that
+// serves large files from local copies answers OPEN instead (passthrough.go).
 type fileNode struct {
 	gofs.Inode
 	readOnly
@@ -312,6 +328,8 @@ type fileNode struct {
 
 	mu sync.Mutex
 	r  Reader // guarded by mu: the reader of the latest pass over the file
+
+	opens nodeOpens // on a mount that answers OPEN (passthrough)
 }
 
 var (
@@ -328,10 +346,14 @@ func (n *fileNode) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.A
 }
 
 // Open refuses writers and, for readers, asks the kernel never to send
-// OPEN again (ENOSYS on OPEN means "opens need no message").
+// OPEN again (ENOSYS on OPEN means "opens need no message"), unless the
+// mount serves large files from local copies (passthrough.go).
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, syscall.EROFS
+	}
+	if n.fsys.opensAnswered(n.obj) {
+		return n.openAnswered(ctx)
 	}
 	return nil, 0, syscall.ENOSYS
 }

@@ -218,6 +218,12 @@ func New(dir string, cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("mount %s: %w", abs, err)
 	}
 	go func() { server.Wait(); fsys.stop() }() // however the mount ends
+	if cfg.Copies != nil && cfg.PassthroughMinSize > 0 {
+		if why := passthroughMissing(server.KernelSettings().Flags64()); why != "" {
+			fsys.pt.Store(ptOff)
+			fsys.log.Info("large files are read through the mount, not from local copies", "reason", why)
+		}
+	}
 	if err := raiseReadAhead(abs, maxReadAhead); err != nil {
 		fsys.log.Debug("kernel read-ahead left at its default", "mountpoint", abs, "err", err)
 	}

@@ -651,3 +651,41 @@ func TestSweepThroughMountDeepTree(t *testing.T) {
 		t.Errorf("%d GETs for %d files, want about one each", gets, total)
 	}
 }
+
+// TestLocalCopiesThroughMount: with --passthrough-min-size under the
+// dataset's file sizes, every file is read by the kernel from a whole local
+// copy in --cache-dir/copies, made once from one fetch of the object and
+// used by every later open; the copies leave with the mount, and the next
+// mount makes them again from the disk cache, with no GET.
+func TestLocalCopiesThroughMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "pt/", 8, 2<<20) // 1-3 MiB each
+	total := 0
+	for _, b := range files {
+		total += len(b)
+	}
+	cacheDir := t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--block-size", "256KiB",
+		"--passthrough-min-size", "1MiB", "s3://" + st.Bucket() + "/pt"}
+	for _, run := range []string{"cold", "remount"} {
+		m := startMount(t, t.TempDir(), args...)
+		readAllFiles(t, m.dir, files)
+		readAllFiles(t, m.dir, files)
+		s := m.stats(t)
+		if s["local_copies_made_total"] != int64(len(files)) || s["local_copies_reused_total"] < int64(len(files)) {
+			t.Fatalf("%s: %d copies made and %d reused for %d files read twice; want one each, reused",
+				run, s["local_copies_made_total"], s["local_copies_reused_total"], len(files))
+		}
+		if got := s["store_get_bytes_total"]; run == "cold" && got > int64(total)*21/20 || run == "remount" && got != 0 {
+			t.Errorf("%s: %d bytes fetched for %d bytes of files", run, got, total)
+		}
+		copies, err := os.ReadDir(filepath.Join(cacheDir, "copies"))
+		if err != nil || len(copies) != len(files) {
+			t.Fatalf("%s: %d files in the copies directory (%v), want %d", run, len(copies), err, len(files))
+		}
+		m.unmount(t)
+		if _, err := os.Stat(filepath.Join(cacheDir, "copies")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: copies directory after unmount: %v", run, err)
+		}
+	}
+}

@@ -101,6 +101,8 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: "not accepted as flags"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
 		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},
+		{name: "bad passthrough-min-size", args: []string{"mount", "--passthrough-min-size", "big", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--passthrough-min-size"},
+		{name: "bad local-copies", args: []string{"mount", "--cache-dir", "CACHE", "--local-copies", "lots", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--local-copies"},
 		{name: "tiny prefetch-inflight", args: []string{"mount", "--prefetch-inflight", "4KiB", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--prefetch-inflight"},
 	}
 	for _, tc := range tests {
@@ -118,6 +120,9 @@ func TestMountErrors(t *testing.T) {
 			for i, a := range args {
 				if a == "MNT" {
 					args[i] = mnt
+				}
+				if a == "CACHE" {
+					args[i] = t.TempDir()
 				}
 			}
 			start := time.Now()
@@ -200,7 +205,7 @@ func TestWarmHelp(t *testing.T) {
 		}
 	}
 	for _, flag := range []string{"--allow-other", "--prefetch-push", "--prefetch-inflight", "--prefetch-memory",
-		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead"} {
+		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead", "--passthrough-min-size", "--local-copies"} {
 		if strings.Contains(string(out), flag+" ") {
 			t.Errorf("warm --help lists the mount-only flag %s", flag)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/localcopy"
 	"github.com/dataccel/dataccel/prefetch"
 	"github.com/dataccel/dataccel/store"
 )
@@ -21,6 +22,7 @@ type mountStats struct {
 	retry    store.RetryStats
 	cache    cache.Stats
 	prefetch prefetch.Stats
+	copies   localcopy.Stats
 }
 
 func newMountStats() *mountStats {
@@ -38,7 +40,7 @@ type metric struct {
 }
 
 func (s *mountStats) metrics() []metric {
-	c, p := &s.cache, &s.prefetch
+	c, p, lc := &s.cache, &s.prefetch, &s.copies
 	return []metric{
 		{"store_requests_stat_total", "HEAD requests sent to the object store", &s.store.Stats, false},
 		{"store_requests_list_total", "LIST requests sent to the object store", &s.store.Lists, false},
@@ -61,7 +63,7 @@ func (s *mountStats) metrics() []metric {
 		{"prefetch_memory_bytes", "bytes of blocks in flight or read ahead", &p.MemInUse, true},
 		{"prefetch_pushed_total", "prefetched blocks put in the kernel's page cache", &p.Pushed, false},
 		{"prefetch_pushed_bytes_total", "bytes put in the kernel's page cache", &p.PushedBytes, false},
-		{"prefetch_push_failed_total", "pushes the kernel refused (file not looked up)", &p.PushFailed, false},
+		{"prefetch_push_failed_total", "pushes the kernel refused (file not looked up) or not made (a file read from its local copy)", &p.PushFailed, false},
 		{"prefetch_push_skipped_total", "pushes skipped for a full push queue", &p.PushSkipped, false},
 		{"hedged_gets_total", "duplicate GETs sent for late small objects", &p.Hedges, false},
 		{"hedged_wins_total", "duplicate GETs that answered first", &p.HedgeWins, false},
@@ -82,6 +84,13 @@ func (s *mountStats) metrics() []metric {
 		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
 		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
 		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},
+		{"local_copies_made_total", "whole local copies made for passthrough", &lc.Made, false},
+		{"local_copies_reused_total", "opens served by a local copy made before", &lc.Reused, false},
+		{"local_copies_failed_total", "local copies not made (no room, a failed read or write): the file is read through the mount", &lc.Failed, false},
+		{"local_copies_evicted_total", "local copies removed for room", &lc.Evicted, false},
+		{"local_copies_bytes", "bytes the local copies hold", &lc.Bytes, true},
+		{"local_copies_written_bytes_total", "bytes written into local copies", &lc.Written, false},
+		{"local_copies_inflight", "local copies being made", &lc.Inflight, true},
 		{"cache_disk_compress_skipped_total", "blocks written raw without trying compression, the write queue backlogged", &c.DiskCompressSkipped, false},
 	}
 }

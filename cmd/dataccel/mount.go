@@ -21,6 +21,7 @@ import (
 
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/localcopy"
 	"github.com/dataccel/dataccel/prefetch"
 	"github.com/dataccel/dataccel/serve"
 	"github.com/dataccel/dataccel/store"
@@ -50,6 +51,8 @@ type mountFlags struct {
 	blockSize        string
 	hedge            bool
 	push             bool
+	passthroughMin   string
+	localCopies      string
 	manifest         string
 	ioTimeout        time.Duration
 	stallTimeout     time.Duration
@@ -83,6 +86,8 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
 	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
+	fl.StringVar(&f.passthroughMin, "passthrough-min-size", "0", "serve files at least this large (e.g. 16MiB) from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): warm epochs of large files as fast as a local disk, the first epoch slower by the copy; decided by the first file opened: if it is smaller, every file is served through the mount; 0: off")
+	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
@@ -123,6 +128,8 @@ type mountPlan struct {
 	prefetchMem       int64
 	prefetchInflight  int64
 	blockSize         int64
+	passthroughMin    int64
+	localCopyBytes    int64
 	crossFile         bool
 	manifestMode      string
 	prefetchListPaths []byte
@@ -172,6 +179,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if p.blockSize, err = cache.ParseSize(f.blockSize); err != nil || p.blockSize < 64<<10 || p.blockSize > 256<<20 {
 		return p, bad("block-size", fmt.Errorf("%q: want a size from 64KiB to 256MiB", f.blockSize))
 	}
+	if p.passthroughMin, err = cache.ParseSize(f.passthroughMin); err != nil || p.passthroughMin < 0 {
+		return p, bad("passthrough-min-size", fmt.Errorf("%q: want a size, or 0 for off", f.passthroughMin))
+	}
 	mem := totalMemory()
 	ram := f.ramCacheSize
 	if ram == "" {
@@ -220,6 +230,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		minFree, err := cache.ParseSizeOrPercent(f.cacheMinFree, disk)
 		if err != nil || minFree < 0 {
 			return p, bad("cache-min-free", fmt.Errorf("%q: want a size or share", f.cacheMinFree))
+		}
+		if p.localCopyBytes, err = cache.ParseSizeOrPercent(f.localCopies, disk); err != nil || p.localCopyBytes < 0 {
+			return p, bad("local-copies", fmt.Errorf("%q: want a size or share", f.localCopies))
 		}
 		p.minFree = float64(minFree) / float64(max(disk, 1))
 		if p.minFree == 0 {
@@ -337,6 +350,17 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		}
 	}
 
+	var copies fuse.LocalCopies
+	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
+		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
+			Budget: p.localCopyBytes, Chunk: int(p.blockSize), Logger: logger, Stats: &stats.copies})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		copies = c
+	}
+
 	m, err := fuse.New(dir, fuse.Config{
 		Store:       st,
 		Opener:      fuse.OpenerFunc(func(o store.Object) fuse.Reader { return loader.Open(o) }),
@@ -351,6 +375,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		Control:     control{loader: loader, stats: stats},
 		Preload:     preload,
 		ListAhead:   f.listAhead,
+		Copies:      copies,
+
+		PassthroughMinSize: p.passthroughMin,
 	})
 	if err != nil {
 		return err
@@ -434,6 +461,14 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	return nil
 }
+
+// localCopyDir is where in --cache-dir the local copies live.
+const localCopyDir = "copies"
+
+// copySource reads the local copies' bytes through the loader.
+type copySource struct{ l *prefetch.Loader }
+
+func (s copySource) Open(obj store.Object) localcopy.Reader { return s.l.Open(obj) }
 
 // openCache builds the RAM and disk tiers the flags ask for; it returns the
 // RAM tier apart too (nil when off), for the loader to reserve room in.

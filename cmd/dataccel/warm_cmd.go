@@ -57,7 +57,7 @@ non-zero and lists what failed.`,
 	f.mount.register(cmd)
 	for _, name := range []string{"allow-other", "uid", "gid", "metadata-ttl", "debug-fuse", "prefetch", "prefetch-memory",
 		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight",
-		"list-ahead"} {
+		"list-ahead", "passthrough-min-size", "local-copies"} {
 		cmd.Flags().MarkHidden(name)
 	}
 	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory; a tab and what follows it, such as the size bench run --files-from takes, are ignored)")

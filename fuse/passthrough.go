@@ -1,0 +1,191 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// LocalCopies gives whole local copies of objects (package localcopy).
+type LocalCopies interface {
+	// Acquire returns a read-only file holding all of obj, kept until
+	// release is called; an error means there is none to be had.
+	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
+}
+
+// Passthrough: a file of at least Config.PassthroughMinSize is read by the
+// kernel from a whole local copy of it (FUSE passthrough, Linux 6.9+): at
+// the speed of the local disk's page cache, large folios and all, with no
+// request to this process. Its open waits for the copy, made from the
+// loader's blocks (prefetched ahead of the job, or fetched then).
+//
+// It costs an OPEN (and a RELEASE) per file: the kernel sends them to a
+// file system that answers OPEN at all, and it is told so, or told never
+// to send them again (ENOSYS), once for the whole mount. So the mount
+// decides once, at the first open of a file: passthrough if that file is
+// large enough, else never (a dataset of small files keeps its opens free:
+// an OPEN costs a small file more than its read).
+const (
+	ptUndecided int32 = iota
+	ptOn
+	ptOff
+)
+
+// passthroughMissing says why this mount cannot use passthrough ("" if it
+// can), from the kernel's INIT flags: registering a backing file needs
+// CAP_SYS_ADMIN, and a copy nobody can use would only delay opens.
+func passthroughMissing(kernelFlags uint64) string {
+	switch {
+	case kernelFlags&gofuse.CAP_PASSTHROUGH == 0:
+		return "the kernel has no FUSE passthrough (Linux 6.9 or later)"
+	case os.Geteuid() != 0:
+		return "FUSE passthrough needs root"
+	}
+	return ""
+}
+
+// opensAnswered reports whether this mount answers OPEN (passthrough on),
+// deciding it at the first open of a file, obj.
+func (f *FS) opensAnswered(obj store.Object) bool {
+	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 {
+		return false
+	}
+	mode := f.pt.Load()
+	if mode == ptUndecided {
+		want := ptOff
+		if obj.Size >= f.cfg.PassthroughMinSize {
+			want = ptOn
+		}
+		if f.pt.CompareAndSwap(ptUndecided, want) {
+			f.log.Info("passthrough decided by the first file opened",
+				"on", want == ptOn, "file_bytes", obj.Size, "min_bytes", f.cfg.PassthroughMinSize)
+		}
+		mode = f.pt.Load()
+	}
+	return mode == ptOn
+}
+
+// openControl answers the open of a control file: like a file's when the
+// mount does not answer opens, but while passthrough is undecided or on it
+// must not say ENOSYS, which would decide it off for every file. Reads and
+// writes then go straight to the file (FOPEN_DIRECT_IO): its content
+// changes from one read to the next.
+func (f *FS) openControl() (gofs.FileHandle, uint32, syscall.Errno) {
+	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+		return nil, 0, syscall.ENOSYS
+	}
+	return nil, gofuse.FOPEN_DIRECT_IO, 0
+}
+
+// passthroughFor reports whether obj would be read from a local copy: a
+// push into the FUSE page cache of such a file is wasted, as the kernel
+// reads the copy's.
+func (f *FS) passthroughFor(obj store.Object) bool {
+	return f.pt.Load() == ptOn && obj.Size >= f.cfg.PassthroughMinSize
+}
+
+// openHandle is one open of a file on a mount that answers OPEN: through
+// the local copy (pt) or through this process's reads, as any file.
+//
+// The kernel refuses an open in one mode while the inode is open in the
+// other (EIO to the caller), so a node keeps the mode of its open handles:
+// a file open through reads stays so until all its handles are released.
+type openHandle struct {
+	n  *fileNode
+	pt bool
+}
+
+var (
+	_ gofs.FilePassthroughFder = (*openHandle)(nil)
+	_ gofs.FileReleaser        = (*openHandle)(nil)
+)
+
+// nodeOpens is a file node's open handles on a mount that answers OPEN.
+type nodeOpens struct {
+	mu      sync.Mutex
+	cached  int      // guarded by mu: handles read through this process
+	pt      int      // guarded by mu: handles read from the copy
+	copy    *os.File // guarded by mu: the copy, while pt > 0
+	release func()   // guarded by mu: releases copy
+}
+
+// PassthroughFd hands go-fuse the copy to register with the kernel (it asks
+// only for the first passthrough open of an inode not open so already).
+func (h *openHandle) PassthroughFd() (int, bool) {
+	if !h.pt {
+		return -1, false
+	}
+	o := &h.n.opens
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.copy == nil {
+		return -1, false
+	}
+	return int(o.copy.Fd()), true
+}
+
+func (h *openHandle) Release(ctx context.Context) syscall.Errno {
+	o := &h.n.opens
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !h.pt {
+		o.cached--
+		return 0
+	}
+	if o.pt--; o.pt == 0 {
+		o.release()
+		o.copy, o.release = nil, nil
+	}
+	return 0
+}
+
+// openAnswered opens n on a mount that answers OPEN. A read through this
+// process keeps the page cache (FOPEN_KEEP_CACHE), as it does when opens
+// are not answered.
+func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, syscall.Errno) {
+	o := &n.opens
+	cached := func() (gofs.FileHandle, uint32, syscall.Errno) {
+		o.cached++
+		return &openHandle{n: n}, gofuse.FOPEN_KEEP_CACHE, 0
+	}
+	o.mu.Lock()
+	if o.pt > 0 {
+		o.pt++
+		o.mu.Unlock()
+		return &openHandle{n: n, pt: true}, 0, 0
+	}
+	if o.cached > 0 || n.obj.Size < n.fsys.cfg.PassthroughMinSize {
+		defer o.mu.Unlock()
+		return cached()
+	}
+	o.mu.Unlock()
+
+	f, release, err := n.fsys.cfg.Copies.Acquire(ctx, n.obj)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, 0, syscall.EINTR
+	case err != nil:
+		if !errors.Is(err, context.Canceled) {
+			n.fsys.log.Debug("no local copy; the file is read through the mount", "key", n.obj.Key, "err", err)
+		}
+		return cached()
+	case o.pt > 0: // another open got a copy meanwhile: share it
+		release()
+	case o.cached > 0: // another open went through reads meanwhile
+		release()
+		return cached()
+	default:
+		o.copy, o.release = f, release
+	}
+	o.pt++
+	return &openHandle{n: n, pt: true}, 0, 0
+}

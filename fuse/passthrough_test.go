@@ -1,0 +1,165 @@
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/localcopy"
+	"github.com/dataccel/dataccel/store"
+)
+
+// countingOpener counts the passes over each file (Opener.Open calls).
+type countingOpener struct {
+	DirectOpener
+	mu    sync.Mutex
+	opens map[string]int
+}
+
+func (o *countingOpener) Open(obj store.Object) Reader {
+	o.mu.Lock()
+	o.opens[obj.Key]++
+	o.mu.Unlock()
+	return o.DirectOpener.Open(obj)
+}
+
+func (o *countingOpener) count(key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.opens[key]
+}
+
+// copySource feeds the local copies from the mount's Opener.
+type copySource struct{ o Opener }
+
+func (s copySource) Open(obj store.Object) localcopy.Reader { return s.o.Open(obj) }
+
+// TestPassthrough reads real files of a real server through a mount that
+// serves large files from local copies: the kernel reads the copy, so the
+// file's one pass through the mount is the copy's (the control files,
+// opened first, do not decide it); a mount whose first file opened is
+// small never makes a copy; a copy that does not fit the
+// budget leaves the file read through the mount. Every read returns the
+// object's bytes.
+func TestPassthrough(t *testing.T) {
+	needPassthrough(t)
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	big, big2, small := randBytes(r, 9<<20+123), randBytes(r, 5<<20), randBytes(r, 100_000)
+	putAll(t, st, map[string][]byte{"d/big.bin": big, "d/big2.bin": big2, "d/small.bin": small})
+
+	for _, tc := range []struct {
+		name      string
+		first     string // the file opened first decides
+		budget    int64
+		wantPT    bool // big.bin read through its copy
+		wantMade  int64
+		wantFails bool
+	}{
+		{"first file large", "big.bin", 1 << 30, true, 2, false},
+		{"first file small", "small.bin", 1 << 30, false, 0, false},
+		{"no room for a copy", "big.bin", 1 << 20, false, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			op := &countingOpener{DirectOpener: DirectOpener{Store: st}, opens: map[string]int{}}
+			stats := &localcopy.Stats{}
+			copies, err := localcopy.New(filepath.Join(t.TempDir(), "copies"), copySource{op},
+				localcopy.Options{Budget: tc.budget, Stats: stats})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { copies.Close() })
+			m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: op, Control: &countingControl{},
+				Copies: copies, PassthroughMinSize: 4 << 20})
+			// A job announces its order and reads the stats before its epoch.
+			if err := os.WriteFile(filepath.Join(m.Dir, ControlDir, "prefetch"), []byte("d/"+tc.first+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if b, err := os.ReadFile(filepath.Join(m.Dir, ControlDir, "stats")); err != nil || !bytes.Contains(b, []byte("snapshots")) {
+					t.Fatalf("stats: %q, %v", b, err)
+				}
+			}
+			read := func(name string, want []byte) {
+				t.Helper()
+				got, err := os.ReadFile(filepath.Join(m.Dir, "d", name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s: %d bytes, want %d, equal=false", name, len(got), len(want))
+				}
+			}
+			files := map[string][]byte{"big.bin": big, "big2.bin": big2, "small.bin": small}
+			read(tc.first, files[tc.first])
+			for _, name := range []string{"big.bin", "big2.bin", "small.bin", "big.bin"} {
+				read(name, files[name])
+			}
+			// Two readers at once on a file with a copy.
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Go(func() { read("big2.bin", big2) })
+			}
+			wg.Wait()
+
+			passes := op.count("d/big.bin")
+			if tc.wantPT && passes != 1 {
+				t.Errorf("big.bin: %d passes through the mount, want 1 (its copy's; the kernel reads the copy)", passes)
+			}
+			if !tc.wantPT && passes < 1 {
+				t.Errorf("big.bin: %d passes through the mount, want at least 1", passes)
+			}
+			if got := stats.Made.Load(); got != tc.wantMade {
+				t.Errorf("copies made: %d, want %d", got, tc.wantMade)
+			}
+			if fails := stats.Failed.Load() > 0; fails != tc.wantFails {
+				t.Errorf("copies failed: %d, want failures: %v", stats.Failed.Load(), tc.wantFails)
+			}
+		})
+	}
+}
+
+// needPassthrough skips a test on a kernel without FUSE passthrough (6.9).
+func needPassthrough(t *testing.T) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	if major < 6 || major == 6 && minor < 9 {
+		t.Skipf("FUSE passthrough needs Linux 6.9 or later; this is %d.%d", major, minor)
+	}
+}
+
+// A push into the page cache of a file read from its local copy is
+// refused before any copy: the kernel would never read those pages.
+func TestStoreRefusesPassthroughFiles(t *testing.T) {
+	st := srv.NewBucket(t)
+	data := bytes.Repeat([]byte{7}, 5<<20)
+	testenv.Put(t, st, "big.bin", data)
+	copies, err := localcopy.New(filepath.Join(t.TempDir(), "copies"), copySource{DirectOpener{Store: st}},
+		localcopy.Options{Budget: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { copies.Close() })
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Copies: copies, PassthroughMinSize: 4 << 20})
+	got, err := os.ReadFile(filepath.Join(m.Dir, "big.bin"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes, %v", len(got), err)
+	}
+	obj := store.Object{Key: "big.bin", ETag: m.FS.lookedUp("big.bin").obj.ETag, Size: int64(len(data))}
+	if err := m.FS.Store(obj, 0, data[:1<<20]); !errors.Is(err, ErrPassthrough) {
+		t.Errorf("Store of a passthrough file: %v, want ErrPassthrough", err)
+	}
+}

@@ -1,0 +1,235 @@
+package localcopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/store"
+)
+
+// memOpener serves objects from memory, counting opens; fail makes reads
+// of a key fail, short cuts an object's bytes (a changed object).
+type memOpener struct {
+	data  map[string][]byte
+	fail  map[string]bool
+	short map[string]bool
+	gate  chan struct{} // when set, reads wait for it to close
+	opens atomic.Int64
+}
+
+func (m *memOpener) Open(obj store.Object) Reader {
+	m.opens.Add(1)
+	return &memReader{m: m, obj: obj}
+}
+
+type memReader struct {
+	m   *memOpener
+	obj store.Object
+}
+
+func (r *memReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if r.m.gate != nil {
+		select {
+		case <-r.m.gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if r.m.fail[r.obj.Key] {
+		return 0, errors.New("injected read failure")
+	}
+	d := r.m.data[r.obj.Key]
+	if r.m.short[r.obj.Key] {
+		d = d[:len(d)/2]
+	}
+	if off >= int64(len(d)) {
+		return 0, io.EOF
+	}
+	n := copy(p, d[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (r *memReader) Close() error { return nil }
+
+func newT(t *testing.T, m *memOpener, budget int64) (*Copies, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "copies")
+	c, err := New(dir, m, Options{Budget: budget, Chunk: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, dir
+}
+
+func obj(key string, data []byte) store.Object {
+	return store.Object{Key: key, ETag: "e-" + key, Size: int64(len(data))}
+}
+
+func payload(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func acquire(t *testing.T, c *Copies, o store.Object, want []byte) func() {
+	t.Helper()
+	f, release, err := c.Acquire(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Acquire(%s): %v", o.Key, err)
+	}
+	got, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("copy of %s: %d bytes, want %d, equal=false", o.Key, len(got), len(want))
+	}
+	return release
+}
+
+// Concurrent opens of one file share one copy, made once.
+func TestAcquireSharesOneCopy(t *testing.T) {
+	a := payload(10_500, 1)
+	m := &memOpener{data: map[string][]byte{"a": a}, gate: make(chan struct{})}
+	c, _ := newT(t, m, 1<<20)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() { acquire(t, c, obj("a", a), a)() })
+	}
+	time.Sleep(20 * time.Millisecond) // let them all wait on the one copy
+	close(m.gate)
+	wg.Wait()
+	if n := m.opens.Load(); n != 1 {
+		t.Errorf("object opened %d times for 16 acquires, want 1", n)
+	}
+	acquire(t, c, obj("a", a), a)()
+	if made, reused := c.stats.Made.Load(), c.stats.Reused.Load(); made != 1 || reused < 1 {
+		t.Errorf("made %d, reused %d; want 1 and at least 1", made, reused)
+	}
+}
+
+// Unpinned copies leave for room least recently used first; pinned ones
+// stay, and a copy that cannot fit beside them is refused.
+func TestBudget(t *testing.T) {
+	a, b, d := payload(1000, 1), payload(1000, 2), payload(1000, 3)
+	m := &memOpener{data: map[string][]byte{"a": a, "b": b, "d": d}}
+	c, dir := newT(t, m, 2000)
+	acquire(t, c, obj("a", a), a)()
+	acquire(t, c, obj("b", b), b)()
+	acquire(t, c, obj("a", a), a)() // a is now the most recently used
+	relD := acquire(t, c, obj("d", d), d)
+	if c.stats.Evicted.Load() != 1 {
+		t.Fatalf("evicted %d, want 1", c.stats.Evicted.Load())
+	}
+	relA := acquire(t, c, obj("a", a), a) // b went, not a
+	if got := m.opens.Load(); got != 3 {
+		t.Fatalf("opens %d, want 3 (a, b, d; a kept)", got)
+	}
+	_, _, err := c.Acquire(context.Background(), obj("b", b))
+	if !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("Acquire with every copy pinned: %v, want ErrNoRoom", err)
+	}
+	relA()
+	relD()
+	acquire(t, c, obj("b", b), b)()
+	if files, _ := os.ReadDir(dir); len(files) != 2 {
+		t.Errorf("%d files in the directory, want 2 (the budget's worth)", len(files))
+	}
+	if got := c.stats.Bytes.Load(); got != 2000 {
+		t.Errorf("Bytes %d, want 2000", got)
+	}
+}
+
+// A copy that cannot be made leaves no file and no charge behind, and an
+// object shorter than listed (changed since) is refused.
+func TestFailedCopy(t *testing.T) {
+	a, b := payload(5000, 1), payload(5000, 2)
+	m := &memOpener{data: map[string][]byte{"a": a, "b": b}, fail: map[string]bool{"a": true}, short: map[string]bool{"b": true}}
+	c, dir := newT(t, m, 6000)
+	if _, _, err := c.Acquire(context.Background(), obj("a", a)); err == nil {
+		t.Fatal("Acquire of an unreadable object succeeded")
+	}
+	if _, _, err := c.Acquire(context.Background(), obj("b", b)); !errors.Is(err, store.ErrChanged) {
+		t.Fatalf("Acquire of a shortened object: %v, want ErrChanged", err)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 {
+		t.Fatalf("%d files left by failed copies", len(files))
+	}
+	m.fail["a"] = false
+	acquire(t, c, obj("a", a), a)() // the budget was given back
+	if got := c.stats.Failed.Load(); got != 2 {
+		t.Errorf("Failed %d, want 2", got)
+	}
+}
+
+// A waiter that gives up does not stop the copy for the others; Close
+// removes every copy, and a file acquired before stays readable.
+func TestCancelAndClose(t *testing.T) {
+	a := payload(3000, 1)
+	m := &memOpener{data: map[string][]byte{"a": a}, gate: make(chan struct{})}
+	dir := filepath.Join(t.TempDir(), "copies")
+	c, err := New(dir, m, Options{Budget: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, _, err := c.Acquire(ctx, obj("a", a)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: %v", err)
+	}
+	close(m.gate)
+	f, release, err := c.Acquire(context.Background(), obj("a", a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.opens.Load() != 1 {
+		t.Errorf("opens %d, want 1: the copy went on after its first waiter left", m.opens.Load())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory after Close: %v", err)
+	}
+	got, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(got, a) {
+		t.Errorf("file acquired before Close: %d bytes, %v", len(got), err)
+	}
+	release()
+	if _, _, err := c.Acquire(context.Background(), obj("a", a)); err == nil {
+		t.Error("Acquire after Close succeeded")
+	}
+}
+
+// New empties a directory an earlier mount left.
+func TestNewClearsLeftovers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "copies")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tmp-1"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(dir, &memOpener{}, Options{Budget: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if files, _ := os.ReadDir(dir); len(files) != 0 {
+		t.Errorf("%d files left from before", len(files))
+	}
+}
