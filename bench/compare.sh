@@ -36,7 +36,8 @@
 # per worker), CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses),
 # WALK (1: every path is walked before its first epoch, as ImageFolder does; 0: the bench reads
 # the files from a list of paths instead, as a job with an annotation file or a CSV does).
-# A mix other than the default gets its own prefix.
+# A mix other than the default gets its own prefix. DATACCEL_FLAGS: more `dataccel mount` flags for
+# every dataccel mount (e.g. "--passthrough-min-size 16MiB"), named in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,6 +45,11 @@ PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100} SUBDIRS=${SUBDIRS:-0}
 ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg} WALK=${WALK:-1}
+DATACCEL_FLAGS=${DATACCEL_FLAGS:-}
+read -r -a DC_FLAGS <<<"$DATACCEL_FLAGS"
+for fl in "${DC_FLAGS[@]}"; do
+  [[ $fl =~ ^[-A-Za-z0-9=.%]+$ ]] || { echo "DATACCEL_FLAGS: $fl: want flags and plain values" >&2; exit 2; }
+done
 case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; exit 2 ;; esac
 case $WALK in 0|1) ;; *) echo "WALK=$WALK: want 1 or 0" >&2; exit 2 ;; esac
 case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
@@ -98,7 +104,7 @@ DC_PID=
 start_dataccel() { # MNT CACHE_DIR LOG [extra flags]: mount on a cache dir as it is
   local mnt=$1 cache=$2 log=$3; shift 3
   mkdir -p "$mnt"
-  "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB "$@" "s3://$S3_BUCKET" "$mnt" 2>"$log" &
+  "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB ${DC_FLAGS[@]+"${DC_FLAGS[@]}"} "$@" "s3://$S3_BUCKET" "$mnt" 2>"$log" &
   DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
   wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$log"
 }
@@ -241,7 +247,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" --arg walk "$WALK" \
-  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES SUBDIRS=$SUBDIRS ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK make compare" '
+  --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES SUBDIRS=$SUBDIRS ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK${DATACCEL_FLAGS:+ DATACCEL_FLAGS=\"$DATACCEL_FLAGS\"} make compare" '
   # An announced epoch also pays for its announcement (written and applied before the clock starts).
   def ep($i): .epochs[$i].wall_s + (.epochs[$i].announce_s // 0);
   def role: if test("/mnt-dataccel/") then "dataccel" elif test("/mnt-s3fs/") then "s3fs"

@@ -215,6 +215,7 @@ func TestCompareScriptRejectsBadMix(t *testing.T) {
 		{"unknown order", "compare.sh", []string{"ORDER=random"}, "ORDER=random: want shuffle or dir"},
 		{"walk neither on nor off", "compare.sh", []string{"WALK=yes"}, "WALK=yes: want 1 or 0"},
 		{"subdirectories not a number", "compare.sh", []string{"SUBDIRS=two"}, "SUBDIRS=two: want a whole number"},
+		{"mount flags with a command in them", "compare.sh", []string{"DATACCEL_FLAGS=--hedge=false $(id)"}, "DATACCEL_FLAGS: $(id): want flags and plain values"},
 		{"random: mean outside the sizes", "randread.sh", []string{"MEAN_SIZE=5"}, "MEAN_SIZE=5 lies outside MIN_SIZE..MAX_SIZE (20000000..80000000)"},
 		{"random: no runs", "randread.sh", []string{"RUNS=0"}, "RUNS=0: want a whole number > 0"},
 		{"random: read size", "randread.sh", []string{"BS=64kb"}, "BS=64kb: want a size such as 4k or 64k"},

@@ -36,6 +36,13 @@ type Reader interface {
 	Close() error
 }
 
+// viewReader is a Reader that can hand out its bytes without a copy (the
+// prefetch loader's can, for a read within one block): the copy is then
+// written straight from the loader's block.
+type viewReader interface {
+	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
+}
+
 // Opener opens a Reader for an object version.
 type Opener interface {
 	Open(obj store.Object) Reader
@@ -78,6 +85,7 @@ type Copies struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	seq    atomic.Int64 // names temporary files
+	bufs   sync.Pool    // of *[]byte, Options.Chunk long
 	warned atomic.Bool  // a failed copy was logged at warn level
 
 	mu     sync.Mutex
@@ -275,12 +283,28 @@ func (c *Copies) write(obj store.Object) (string, error) {
 	}()
 	r := c.src.Open(obj)
 	defer r.Close()
-	buf := make([]byte, min(int64(c.opts.Chunk), max(obj.Size, 1)))
+	bp, _ := c.bufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, c.opts.Chunk)
+		bp = &b
+	}
+	defer c.bufs.Put(bp)
+	buf := *bp
+	view, isView := r.(viewReader)
 	var off int64
 	for off < obj.Size {
-		n, err := r.ReadAt(c.ctx, buf[:min(int64(len(buf)), obj.Size-off)], off)
-		if n > 0 {
-			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+		p := buf[:min(int64(len(buf)), obj.Size-off)]
+		var data []byte
+		var err error
+		if isView {
+			data, err = view.ReadView(c.ctx, p, off)
+		} else {
+			var n int
+			n, err = r.ReadAt(c.ctx, p, off)
+			data = p[:n]
+		}
+		if n := len(data); n > 0 {
+			if _, werr := f.WriteAt(data, off); werr != nil {
 				return "", fmt.Errorf("local copy of %s: %w", obj.Key, werr)
 			}
 			c.stats.Written.Add(int64(n))
@@ -292,7 +316,7 @@ func (c *Copies) write(obj store.Object) (string, error) {
 			}
 			return "", fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, err)
 		}
-		if n == 0 && err == nil {
+		if len(data) == 0 && err == nil {
 			return "", fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, io.ErrNoProgress)
 		}
 	}

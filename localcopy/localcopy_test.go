@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,16 +19,38 @@ import (
 // memOpener serves objects from memory, counting opens; fail makes reads
 // of a key fail, short cuts an object's bytes (a changed object).
 type memOpener struct {
-	data  map[string][]byte
-	fail  map[string]bool
-	short map[string]bool
-	gate  chan struct{} // when set, reads wait for it to close
-	opens atomic.Int64
+	data   map[string][]byte
+	fail   map[string]bool
+	short  map[string]bool
+	gate   chan struct{} // when set, reads wait for it to close
+	views  bool          // readers hand out views (as the prefetch loader's do)
+	opens  atomic.Int64
+	viewed atomic.Int64 // ReadView calls
 }
 
 func (m *memOpener) Open(obj store.Object) Reader {
 	m.opens.Add(1)
+	if m.views {
+		return memViewReader{&memReader{m: m, obj: obj}}
+	}
 	return &memReader{m: m, obj: obj}
+}
+
+// memViewReader hands out a slice of the object itself, as the loader
+// hands out its block.
+type memViewReader struct{ *memReader }
+
+func (r memViewReader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, error) {
+	r.m.viewed.Add(1)
+	d := r.m.data[r.obj.Key]
+	if off >= int64(len(d)) {
+		return nil, io.EOF
+	}
+	end := min(off+int64(len(p)), int64(len(d)))
+	if end < off+int64(len(p)) {
+		return d[off:end], io.EOF
+	}
+	return d[off:end], nil
 }
 
 type memReader struct {
@@ -103,8 +126,14 @@ func acquire(t *testing.T, c *Copies, o store.Object, want []byte) func() {
 
 // Concurrent opens of one file share one copy, made once.
 func TestAcquireSharesOneCopy(t *testing.T) {
+	for _, views := range []bool{false, true} {
+		t.Run(fmt.Sprintf("views=%v", views), func(t *testing.T) { testAcquireSharesOneCopy(t, views) })
+	}
+}
+
+func testAcquireSharesOneCopy(t *testing.T, views bool) {
 	a := payload(10_500, 1)
-	m := &memOpener{data: map[string][]byte{"a": a}, gate: make(chan struct{})}
+	m := &memOpener{data: map[string][]byte{"a": a}, gate: make(chan struct{}), views: views}
 	c, _ := newT(t, m, 1<<20)
 	var wg sync.WaitGroup
 	for range 16 {
@@ -119,6 +148,9 @@ func TestAcquireSharesOneCopy(t *testing.T) {
 	acquire(t, c, obj("a", a), a)()
 	if made, reused := c.stats.Made.Load(), c.stats.Reused.Load(); made != 1 || reused < 1 {
 		t.Errorf("made %d, reused %d; want 1 and at least 1", made, reused)
+	}
+	if viewed := m.viewed.Load(); views != (viewed > 0) {
+		t.Errorf("%d reads by view from a reader that offers them: %v", viewed, views)
 	}
 }
 
