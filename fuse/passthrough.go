@@ -86,7 +86,8 @@ func (f *FS) openControl() (gofs.FileHandle, uint32, syscall.Errno) {
 
 // passthroughFor reports whether obj would be read from a local copy: a
 // push into the FUSE page cache of such a file is wasted, as the kernel
-// reads the copy's.
+// reads the copy's (unless the copy finds no room, and the file is read
+// through the mount: its reads are served from the loader's blocks).
 func (f *FS) passthroughFor(obj store.Object) bool {
 	return f.pt.Load() == ptOn && obj.Size >= f.cfg.PassthroughMinSize
 }

@@ -152,3 +152,48 @@ func TestTinyCacheWarns(t *testing.T) {
 		})
 	}
 }
+
+// TestPassthroughPlan: local copies get their budget from --local-copies,
+// a share of the cache filesystem; without --cache-dir there is nowhere to
+// keep them, which the mount says instead of failing.
+func TestPassthroughPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantMin  int64
+		wantWarn bool
+	}{
+		{"off by default", nil, 0, false},
+		{"on with a cache dir", []string{"--cache-dir", "CACHE", "--passthrough-min-size", "16MiB", "--local-copies", "1GiB"}, 16 << 20, false},
+		{"on without a cache dir", []string{"--passthrough-min-size", "16MiB"}, 16 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f mountFlags
+			cmd := &cobra.Command{}
+			f.register(cmd)
+			args := append([]string{"--ram-cache-size", "1GiB"}, tc.args...)
+			for i, a := range args {
+				if a == "CACHE" {
+					args[i] = t.TempDir()
+				}
+			}
+			if err := cmd.Flags().Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			p, err := f.plan("s3://bucket/prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.passthroughMin != tc.wantMin {
+				t.Errorf("passthroughMin %d, want %d", p.passthroughMin, tc.wantMin)
+			}
+			if f.cacheDir != "" && p.localCopyBytes != 1<<30 {
+				t.Errorf("localCopyBytes %d, want 1GiB", p.localCopyBytes)
+			}
+			warned := len(p.warnings) == 1 && strings.Contains(p.warnings[0], "--passthrough-min-size needs --cache-dir")
+			if warned != tc.wantWarn || !tc.wantWarn && len(p.warnings) > 0 {
+				t.Errorf("warnings %q, want the --cache-dir one: %v", p.warnings, tc.wantWarn)
+			}
+		})
+	}
+}

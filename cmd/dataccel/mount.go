@@ -239,6 +239,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 			p.minFree = -1 // the cache's "no floor"
 		}
 	}
+	if p.passthroughMin > 0 && f.cacheDir == "" {
+		p.warnings = append(p.warnings, "--passthrough-min-size needs --cache-dir for its local copies: every file is read through the mount")
+	}
 	if f.prefetchList != "" {
 		if p.prefetchListPaths, err = os.ReadFile(f.prefetchList); err != nil {
 			return p, usageError{fmt.Errorf("--prefetch-list: %w", err)}
