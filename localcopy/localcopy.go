@@ -193,8 +193,12 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 }
 
 // roomLocked removes unpinned copies, least recently used first, until n
-// more bytes fit the budget; false if they cannot.
+// more bytes fit the budget; false if they cannot (a copy larger than the
+// whole budget removes none).
 func (c *Copies) roomLocked(n int64) bool {
+	if n > c.opts.Budget {
+		return false
+	}
 	for c.used+n > c.opts.Budget {
 		front := c.lru.Front()
 		if front == nil {

@@ -177,6 +177,14 @@ func TestBudget(t *testing.T) {
 	}
 	relA()
 	relD()
+	huge := payload(2001, 9)
+	m.data["huge"] = huge
+	if _, _, err := c.Acquire(context.Background(), obj("huge", huge)); !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("Acquire of a copy larger than the budget: %v, want ErrNoRoom", err)
+	}
+	if c.stats.Evicted.Load() != 1 {
+		t.Fatalf("evicted %d after a copy that can never fit, want 1 (none for it)", c.stats.Evicted.Load())
+	}
 	acquire(t, c, obj("b", b), b)()
 	if files, _ := os.ReadDir(dir); len(files) != 2 {
 		t.Errorf("%d files in the directory, want 2 (the budget's worth)", len(files))
