@@ -122,11 +122,11 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 	return nil
 }
 
-// lookedUp returns the file node the kernel knows for key, or nil.
 // ErrPassthrough: the kernel reads the file from its local copy, not from
 // the page cache a push would fill.
 var ErrPassthrough = errors.New("fuse: the file is read from its local copy")
 
+// lookedUp returns the file node the kernel knows for key, or nil.
 func (f *FS) lookedUp(key string) *fileNode {
 	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
 	if !ok || rel == "" || f.root == nil {

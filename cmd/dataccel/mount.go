@@ -365,21 +365,20 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 
 	m, err := fuse.New(dir, fuse.Config{
-		Store:       st,
-		Opener:      fuse.OpenerFunc(func(o store.Object) fuse.Reader { return loader.Open(o) }),
-		Prefix:      p.prefix,
-		FsName:      source,
-		MetadataTTL: f.metadataTTL,
-		UID:         uint32(f.uid),
-		GID:         uint32(f.gid),
-		AllowOther:  f.allowOther,
-		Logger:      logger,
-		Debug:       f.debugFUSE,
-		Control:     control{loader: loader, stats: stats},
-		Preload:     preload,
-		ListAhead:   f.listAhead,
-		Copies:      copies,
-
+		Store:              st,
+		Opener:             fuse.OpenerFunc(func(o store.Object) fuse.Reader { return loader.Open(o) }),
+		Prefix:             p.prefix,
+		FsName:             source,
+		MetadataTTL:        f.metadataTTL,
+		UID:                uint32(f.uid),
+		GID:                uint32(f.gid),
+		AllowOther:         f.allowOther,
+		Logger:             logger,
+		Debug:              f.debugFUSE,
+		Control:            control{loader: loader, stats: stats},
+		Preload:            preload,
+		ListAhead:          f.listAhead,
+		Copies:             copies,
 		PassthroughMinSize: p.passthroughMin,
 	})
 	if err != nil {
