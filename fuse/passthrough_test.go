@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -161,5 +162,43 @@ func TestStoreRefusesPassthroughFiles(t *testing.T) {
 	obj := store.Object{Key: "big.bin", ETag: m.FS.lookedUp("big.bin").obj.ETag, Size: int64(len(data))}
 	if err := m.FS.Store(obj, 0, data[:1<<20]); !errors.Is(err, ErrPassthrough) {
 		t.Errorf("Store of a passthrough file: %v, want ErrPassthrough", err)
+	}
+}
+
+// TestPassthroughOverwrite: a copy is one version's. A handle open on it
+// keeps reading that version after the object is overwritten, and an
+// open after the metadata TTL gets a copy of the new version, whole.
+func TestPassthroughOverwrite(t *testing.T) {
+	needPassthrough(t)
+	st := srv.NewBucket(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	v1, v2 := randBytes(r, 5<<20), randBytes(r, 6<<20+77)
+	testenv.Put(t, st, "obj", v1)
+	stats := &localcopy.Stats{}
+	copies, err := localcopy.New(filepath.Join(t.TempDir(), "copies"), copySource{DirectOpener{Store: st}},
+		localcopy.Options{Budget: 1 << 30, Stats: stats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { copies.Close() })
+	const ttl = time.Second
+	m := mountCfg(t, Config{Store: st, MetadataTTL: ttl, Copies: copies, PassthroughMinSize: 4 << 20})
+	f, err := os.Open(filepath.Join(m.Dir, "obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	testenv.Put(t, st, "obj", v2)
+	time.Sleep(ttl + 500*time.Millisecond)
+	got, err := os.ReadFile(filepath.Join(m.Dir, "obj"))
+	if err != nil || !bytes.Equal(got, v2) {
+		t.Fatalf("after the TTL: %d bytes (%v), want the new version's %d", len(got), err, len(v2))
+	}
+	old := make([]byte, len(v1))
+	if n, err := f.ReadAt(old, 0); n != len(v1) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(old, v1) {
+		t.Fatalf("the handle opened before: %d bytes (%v), want the old version whole", n, err)
+	}
+	if made := stats.Made.Load(); made != 2 {
+		t.Errorf("copies made: %d, want 2 (one per version)", made)
 	}
 }
