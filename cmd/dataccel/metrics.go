@@ -84,6 +84,7 @@ func (s *mountStats) metrics() []metric {
 		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
 		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
 		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},
+		{"cache_disk_compress_skipped_total", "blocks written raw without trying compression, the write queue backlogged", &c.DiskCompressSkipped, false},
 		{"local_copies_made_total", "whole local copies made for passthrough", &lc.Made, false},
 		{"local_copies_reused_total", "opens served by a local copy made before", &lc.Reused, false},
 		{"local_copies_failed_total", "local copies not made (no room, a failed read or write): the file is read through the mount", &lc.Failed, false},
@@ -91,7 +92,6 @@ func (s *mountStats) metrics() []metric {
 		{"local_copies_bytes", "bytes the local copies hold", &lc.Bytes, true},
 		{"local_copies_written_bytes_total", "bytes written into local copies", &lc.Written, false},
 		{"local_copies_inflight", "local copies being made", &lc.Inflight, true},
-		{"cache_disk_compress_skipped_total", "blocks written raw without trying compression, the write queue backlogged", &c.DiskCompressSkipped, false},
 	}
 }
 
