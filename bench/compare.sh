@@ -37,7 +37,7 @@
 # WALK (1: every path is walked before its first epoch, as ImageFolder does; 0: the bench reads
 # the files from a list of paths instead, as a job with an annotation file or a CSV does).
 # A mix other than the default gets its own prefix. DATACCEL_FLAGS: more `dataccel mount` flags for
-# every dataccel mount (e.g. "--passthrough-min-size 16MiB"), named in the summary.
+# every dataccel mount and `dataccel warm` (e.g. "--passthrough-min-size 16MiB"), named in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -192,7 +192,7 @@ for r in $(seq "$REPEATS"); do
   server_warm
   rm -rf "$OUT/cache-F"
   t0=$EPOCHREALTIME
-  "$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
+  "$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" ${DC_FLAGS[@]+"${DC_FLAGS[@]}"} "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
   awk "BEGIN { printf \"%.3f\\n\", $EPOCHREALTIME - $t0 }" >>"$OUT/warm-F.times"
   start_dataccel "$OUT/mnt-dataccel" "$OUT/cache-F" "$OUT/mnt-dataccel-F.log"
   "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F-$r.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"

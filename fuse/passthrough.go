@@ -24,7 +24,8 @@ type LocalCopies interface {
 // kernel from a whole local copy of it (FUSE passthrough, Linux 6.9+): at
 // the speed of the local disk's page cache, large folios and all, with no
 // request to this process. Its open waits for the copy, made from the
-// loader's blocks (prefetched ahead of the job, or fetched then).
+// loader's blocks (prefetched ahead of the job, or fetched then), or for the
+// check of one kept from the last mount.
 //
 // It costs an OPEN (and a RELEASE) per file: the kernel sends them to a
 // file system that answers OPEN at all, and it is told so, or told never

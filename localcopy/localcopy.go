@@ -5,16 +5,20 @@
 //
 // It owns the copies' directory, their byte budget and their lifetime: a
 // copy in use (pinned) is never removed, an unpinned one is removed least
-// recently used first when a new copy needs room, and all are removed when
-// the Copies closes (they are rebuilt from the block cache by the next
-// mount). It does not fetch: the bytes come from an Opener (the prefetch
-// loader, with its caches, read-ahead and checks), and it does not decide
-// which files get a copy (the fuse layer does).
+// recently used first when a new copy needs room. A clean Close keeps the
+// copies for the next Copies on the same directory and store, with an index
+// of their object versions and content hashes: each is checked against its
+// hash at its first use there (a torn or altered copy is made again), and a
+// directory without an index (a crash) is emptied. It does not fetch: the
+// bytes come from an Opener (the prefetch loader, with its caches,
+// read-ahead and checks), and it does not decide which files get a copy (the
+// fuse layer and dataccel warm do).
 package localcopy
 
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -59,13 +63,18 @@ type Stats struct {
 	Evicted  atomic.Int64 // copies removed for room
 	Bytes    atomic.Int64 // bytes the copies hold on disk now
 	Written  atomic.Int64 // bytes written into copies
-	Inflight atomic.Int64 // copies being made now
+	Inflight atomic.Int64 // copies being made or checked now
+	Adopted  atomic.Int64 // copies kept from an earlier Copies, checked intact at their first use
+	Rejected atomic.Int64 // kept copies whose content did not match their hash (made again)
 }
 
 // Options configures Copies.
 type Options struct {
 	// Budget bounds the bytes the copies hold on disk.
 	Budget int64
+	// Source names the store the objects come from (endpoint and bucket):
+	// copies kept by a Close are adopted only by a Copies of the same one.
+	Source string
 	// Chunk is how much one read of the Opener asks for (default 8 MiB).
 	Chunk  int
 	Logger *slog.Logger
@@ -97,18 +106,50 @@ type Copies struct {
 
 // entry is one object version's copy, being made or made.
 type entry struct {
-	key  string
-	size int64
-	done chan struct{} // closed when the copy is made or failed
-	path string        // set before done closes; "" if it failed
-	err  error         // set before done closes
-	pins int           // guarded by Copies.mu
-	elem *list.Element // guarded by Copies.mu: in lru while unpinned and made
+	key     string // versionKey of the object
+	objKey  string
+	etag    string
+	size    int64
+	done    chan struct{} // closed when the copy is made (or checked) or failed
+	path    string        // set before done closes; "" if it failed
+	err     error         // set before done closes
+	sum     uint64        // guarded by Copies.mu: xxhash64 of the copy's bytes
+	pins    int           // guarded by Copies.mu
+	elem    *list.Element // guarded by Copies.mu: in lru while unpinned and made
+	adopted bool          // guarded by Copies.mu: kept from an earlier Copies, not yet checked
 }
 
-// New empties dir (copies left by an earlier mount are not trusted: a crash
-// may have left one half written) and returns Copies that keep their files
-// there.
+func versionKey(obj store.Object) string {
+	return obj.Key + "\x00" + obj.ETag + "\x00" + strconv.FormatInt(obj.Size, 10)
+}
+
+// fileName names an object version's copy in the directory.
+func fileName(key, etag string) string {
+	return strconv.FormatUint(xxhash.Sum64String(key+"\x00"+etag), 16)
+}
+
+// indexName is the file a clean Close leaves: what the copies hold. New
+// removes it as it reads it, so a directory whose Copies did not close
+// cleanly has none and is emptied.
+const indexName = "index.json"
+
+type index struct {
+	Version int         `json:"version"`
+	Source  string      `json:"source"`
+	Copies  []indexCopy `json:"copies"` // least recently used first
+}
+
+type indexCopy struct {
+	Key    string `json:"key"`
+	ETag   string `json:"etag"`
+	Size   int64  `json:"size"`
+	XXHash uint64 `json:"xxhash64"`
+}
+
+// New returns Copies that keep their files in dir. It adopts the copies a
+// clean Close of the same Source left there, within the budget, to be
+// checked against their hashes at first use; every other file in dir is
+// removed (a crash may have left a copy half written).
 func New(dir string, src Opener, opts Options) (*Copies, error) {
 	if opts.Chunk <= 0 {
 		opts.Chunk = 8 << 20
@@ -119,15 +160,74 @@ func New(dir string, src Opener, opts Options) (*Copies, error) {
 	if opts.Stats == nil {
 		opts.Stats = &Stats{}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("local copies: clear %s: %w", dir, err)
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local copies: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Copies{dir: dir, src: src, opts: opts, log: opts.Logger, stats: opts.Stats,
-		ctx: ctx, stop: stop, byKey: map[string]*entry{}}, nil
+	c := &Copies{dir: dir, src: src, opts: opts, log: opts.Logger, stats: opts.Stats,
+		ctx: ctx, stop: stop, byKey: map[string]*entry{}}
+	if err := c.adopt(); err != nil {
+		stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// adopt takes in the copies listed in dir's index and removes every other
+// file there.
+func (c *Copies) adopt() error {
+	var idx index
+	b, err := os.ReadFile(filepath.Join(c.dir, indexName))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &idx); err != nil {
+			c.log.Warn("local copies: index unreadable; removing the copies", "dir", c.dir, "err", err)
+			idx = index{}
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		c.log.Warn("local copies: index unreadable; removing the copies", "dir", c.dir, "err", err)
+	}
+	if idx.Version != 1 || idx.Source != c.opts.Source {
+		idx.Copies = nil
+	}
+	// Most recently used first, while they fit the budget.
+	keep := map[string]bool{}
+	for i := len(idx.Copies) - 1; i >= 0; i-- {
+		r := idx.Copies[i]
+		name := fileName(r.Key, r.ETag)
+		if r.ETag == "" || r.Size <= 0 || keep[name] || c.used+r.Size > c.opts.Budget {
+			continue
+		}
+		path := filepath.Join(c.dir, name)
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() || fi.Size() != r.Size {
+			continue
+		}
+		e := &entry{key: versionKey(store.Object{Key: r.Key, ETag: r.ETag, Size: r.Size}), objKey: r.Key, etag: r.ETag,
+			size: r.Size, done: make(chan struct{}), path: path, sum: r.XXHash, adopted: true}
+		if c.byKey[e.key] != nil {
+			continue
+		}
+		keep[name] = true
+		c.byKey[e.key] = e
+		c.used += e.size
+		c.stats.Bytes.Add(e.size)
+		e.elem = c.lru.PushFront(e)
+	}
+	files, err := os.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("local copies: %w", err)
+	}
+	for _, f := range files {
+		if !keep[f.Name()] {
+			if err := os.RemoveAll(filepath.Join(c.dir, f.Name())); err != nil {
+				return fmt.Errorf("local copies: clear %s: %w", c.dir, err)
+			}
+		}
+	}
+	if len(keep) > 0 {
+		c.log.Info("local copies kept from the last mount", "copies", len(keep), "bytes", c.used)
+	}
+	return nil
 }
 
 // Acquire returns a read-only file that holds all of obj (this version),
@@ -161,7 +261,7 @@ func (c *Copies) Acquire(ctx context.Context, obj store.Object) (*os.File, func(
 
 // pin finds or starts obj's copy and pins it.
 func (c *Copies) pin(obj store.Object) (*entry, error) {
-	key := obj.Key + "\x00" + obj.ETag + "\x00" + strconv.FormatInt(obj.Size, 10)
+	key := versionKey(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -173,6 +273,13 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 			e.elem = nil
 		}
 		e.pins++
+		if e.adopted {
+			e.adopted = false
+			c.wg.Add(1)
+			c.stats.Inflight.Add(1)
+			go c.make(e, obj, true)
+			return e, nil
+		}
 		select {
 		case <-e.done:
 			c.stats.Reused.Add(1)
@@ -183,12 +290,12 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	if !c.roomLocked(obj.Size) {
 		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
 	}
-	e := &entry{key: key, size: obj.Size, done: make(chan struct{}), pins: 1}
+	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
 	c.byKey[key] = e
 	c.used += obj.Size
 	c.wg.Add(1)
 	c.stats.Inflight.Add(1)
-	go c.make(e, obj)
+	go c.make(e, obj, false)
 	return e, nil
 }
 
@@ -240,11 +347,34 @@ func (c *Copies) unpin(e *entry) {
 }
 
 // make writes obj into a new file, under the Copies' own context: a waiter
-// that gives up does not stop it for the others.
-func (c *Copies) make(e *entry, obj store.Object) {
+// that gives up does not stop it for the others. With check, e is a copy
+// kept from an earlier Copies: it is used if its bytes match its hash, else
+// removed and made again.
+func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	defer c.wg.Done()
 	defer c.stats.Inflight.Add(-1)
-	path, err := c.write(obj)
+	var path string
+	var sum uint64
+	var err error
+	if check {
+		c.mu.Lock()
+		want := e.sum
+		c.mu.Unlock()
+		if err = c.verify(e.path, e.size, want); err == nil {
+			path, sum = e.path, want
+			c.stats.Adopted.Add(1)
+			c.stats.Reused.Add(1)
+		} else {
+			c.stats.Rejected.Add(1)
+			c.log.Warn("local copy kept from the last mount is damaged; making it again", "key", obj.Key, "err", err)
+			os.Remove(e.path)
+			c.stats.Bytes.Add(-e.size)
+		}
+	}
+	fresh := path == ""
+	if fresh {
+		path, sum, err = c.write(obj)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -261,8 +391,11 @@ func (c *Copies) make(e *entry, obj store.Object) {
 		c.used -= e.size
 	} else {
 		e.path = path
-		c.stats.Made.Add(1)
-		c.stats.Bytes.Add(e.size)
+		e.sum = sum
+		if fresh {
+			c.stats.Made.Add(1)
+			c.stats.Bytes.Add(e.size)
+		}
 		if e.pins == 0 && !c.closed {
 			e.elem = c.lru.PushBack(e)
 		}
@@ -270,13 +403,44 @@ func (c *Copies) make(e *entry, obj store.Object) {
 	close(e.done)
 }
 
-// write copies obj into a temporary file and renames it into place.
-func (c *Copies) write(obj store.Object) (string, error) {
-	name := strconv.FormatUint(xxhash.Sum64String(obj.Key+"\x00"+obj.ETag), 16)
+// verify checks that the file at path holds size bytes hashing to want.
+func (c *Copies) verify(path string, size int64, want uint64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bp := c.buf()
+	defer c.bufs.Put(bp)
+	d := xxhash.New()
+	n, err := io.CopyBuffer(d, io.LimitReader(f, size+1), *bp)
+	switch {
+	case err != nil:
+		return err
+	case n != size:
+		return fmt.Errorf("%d bytes, want %d", n, size)
+	case d.Sum64() != want:
+		return errors.New("content does not match its hash")
+	}
+	return nil
+}
+
+func (c *Copies) buf() *[]byte {
+	if bp, _ := c.bufs.Get().(*[]byte); bp != nil {
+		return bp
+	}
+	b := make([]byte, c.opts.Chunk)
+	return &b
+}
+
+// write copies obj into a temporary file and renames it into place; it
+// returns the path and the bytes' xxhash64.
+func (c *Copies) write(obj store.Object) (string, uint64, error) {
+	name := fileName(obj.Key, obj.ETag)
 	tmp := filepath.Join(c.dir, "tmp-"+strconv.FormatInt(c.seq.Add(1), 10))
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("local copy of %s: %w", obj.Key, err)
+		return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, err)
 	}
 	ok := false
 	defer func() {
@@ -287,13 +451,10 @@ func (c *Copies) write(obj store.Object) (string, error) {
 	}()
 	r := c.src.Open(obj)
 	defer r.Close()
-	bp, _ := c.bufs.Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, c.opts.Chunk)
-		bp = &b
-	}
+	bp := c.buf()
 	defer c.bufs.Put(bp)
 	buf := *bp
+	d := xxhash.New()
 	view, isView := r.(viewReader)
 	var off int64
 	for off < obj.Size {
@@ -309,8 +470,9 @@ func (c *Copies) write(obj store.Object) (string, error) {
 		}
 		if n := len(data); n > 0 {
 			if _, werr := f.WriteAt(data, off); werr != nil {
-				return "", fmt.Errorf("local copy of %s: %w", obj.Key, werr)
+				return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, werr)
 			}
+			d.Write(data)
 			c.stats.Written.Add(int64(n))
 			off += int64(n)
 		}
@@ -318,30 +480,58 @@ func (c *Copies) write(obj store.Object) (string, error) {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: %d of %d bytes", store.ErrChanged, off, obj.Size)
 			}
-			return "", fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, err)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, err)
 		}
 		if len(data) == 0 && err == nil {
-			return "", fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, io.ErrNoProgress)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, io.ErrNoProgress)
 		}
 	}
 	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("local copy of %s: %w", obj.Key, err)
+		return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, err)
 	}
 	path := filepath.Join(c.dir, name)
 	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("local copy of %s: %w", obj.Key, err)
+		return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, err)
 	}
 	ok = true
-	return path, nil
+	return path, d.Sum64(), nil
 }
 
-// Close stops the copies being made, waits for them and removes every
-// copy. Files acquired before stay readable until released.
+// Close stops the copies being made, waits for them and leaves the made
+// ones with an index, for the next Copies on this directory. Files acquired
+// before stay readable until released.
 func (c *Copies) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
-	return os.RemoveAll(c.dir)
+	c.mu.Lock()
+	idx := index{Version: 1, Source: c.opts.Source}
+	listed := map[*entry]bool{}
+	add := func(e *entry) {
+		if e.path != "" && !listed[e] {
+			listed[e] = true
+			idx.Copies = append(idx.Copies, indexCopy{Key: e.objKey, ETag: e.etag, Size: e.size, XXHash: e.sum})
+		}
+	}
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		add(el.Value.(*entry))
+	}
+	for _, e := range c.byKey { // pinned at Close: the most recently used
+		add(e)
+	}
+	c.mu.Unlock()
+	b, err := json.Marshal(idx)
+	if err == nil {
+		tmp := filepath.Join(c.dir, "tmp-index")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, filepath.Join(c.dir, indexName))
+		}
+	}
+	if err != nil {
+		os.RemoveAll(c.dir) // without an index the next Copies would remove them anyway
+		return fmt.Errorf("local copies: index: %w", err)
+	}
+	return nil
 }

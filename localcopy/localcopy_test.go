@@ -242,8 +242,8 @@ func TestCancelAndClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("directory after Close: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, indexName)); err != nil {
+		t.Errorf("index after Close: %v", err)
 	}
 	got, err := io.ReadAll(f)
 	if err != nil || !bytes.Equal(got, a) {
@@ -271,5 +271,98 @@ func TestNewClearsLeftovers(t *testing.T) {
 	defer c.Close()
 	if files, _ := os.ReadDir(dir); len(files) != 0 {
 		t.Errorf("%d files left from before", len(files))
+	}
+}
+
+// A clean Close leaves the copies for the next Copies of the same source,
+// which checks each against its hash at first use; anything else leaves it
+// nothing to trust.
+func TestKeptForTheNextCopies(t *testing.T) {
+	a, b := payload(3000, 1), payload(2000, 2)
+	flip := func(t *testing.T, dir string) { // same size, one byte changed
+		p := filepath.Join(dir, fileName("a", "e-a"))
+		d, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d[1234] ^= 0xff
+		if err := os.WriteFile(p, d, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		damage    func(t *testing.T, dir string)
+		source    string
+		budget    int64
+		wantKept  int   // copies adopted by New
+		wantBytes int64 // and their bytes
+		wantOpens int64 // reads of the store to acquire a
+		adopted   int64
+		rejected  int64
+	}{
+		{name: "clean close", wantKept: 2, wantBytes: 5000, adopted: 1},
+		{name: "a copy altered", damage: flip, wantKept: 2, wantBytes: 5000, wantOpens: 1, rejected: 1},
+		{name: "a copy cut short", damage: func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, fileName("a", "e-a")), 100); err != nil {
+				t.Fatal(err)
+			}
+		}, wantKept: 1, wantBytes: 2000, wantOpens: 1},
+		{name: "no index, as after a crash", damage: func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, indexName)); err != nil {
+				t.Fatal(err)
+			}
+		}, wantOpens: 1},
+		{name: "a garbled index", damage: func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, indexName), []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, wantOpens: 1},
+		{name: "another store", source: "other", wantOpens: 1},
+		{name: "a smaller budget keeps the most recent", budget: 4000, wantKept: 1, wantBytes: 2000, wantOpens: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "copies")
+			m := &memOpener{data: map[string][]byte{"a": a, "b": b}}
+			c, err := New(dir, m, Options{Budget: 1 << 20, Source: "s", Chunk: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, c, obj("a", a), a)()
+			acquire(t, c, obj("b", b), b)() // b is the most recently used
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.damage != nil {
+				tc.damage(t, dir)
+			}
+			source, budget := "s", int64(1<<20)
+			if tc.source != "" {
+				source = tc.source
+			}
+			if tc.budget != 0 {
+				budget = tc.budget
+			}
+			var stats Stats
+			m2 := &memOpener{data: m.data}
+			c2, err := New(dir, m2, Options{Budget: budget, Source: source, Chunk: 1000, Stats: &stats})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c2.Close() })
+			if files, _ := os.ReadDir(dir); len(files) != tc.wantKept || stats.Bytes.Load() != tc.wantBytes {
+				t.Fatalf("%d files kept (%d bytes counted), want %d", len(files), stats.Bytes.Load(), tc.wantKept)
+			}
+			acquire(t, c2, obj("a", a), a)()
+			acquire(t, c2, obj("a", a), a)()
+			if m2.opens.Load() != tc.wantOpens || stats.Adopted.Load() != tc.adopted || stats.Rejected.Load() != tc.rejected {
+				t.Errorf("store opens %d, adopted %d, rejected %d; want %d, %d, %d",
+					m2.opens.Load(), stats.Adopted.Load(), stats.Rejected.Load(), tc.wantOpens, tc.adopted, tc.rejected)
+			}
+			// A changed object never gets the old version's copy.
+			changed := store.Object{Key: "a", ETag: "e-a2", Size: int64(len(b))}
+			m2.data = map[string][]byte{"a": b}
+			acquire(t, c2, changed, b)()
+		})
 	}
 }

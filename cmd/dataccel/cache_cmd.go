@@ -18,6 +18,19 @@ import (
 // `cache stat` can find its live counters.
 const mountRecord = "mounted-at"
 
+// localCopiesIn counts the files and bytes of the local copies in a cache
+// dir (the index aside).
+func localCopiesIn(dir string) (n int, bytes int64) {
+	ents, _ := os.ReadDir(filepath.Join(dir, localCopyDir))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && e.Name() != "index.json" {
+			n++
+			bytes += fi.Size()
+		}
+	}
+	return n, bytes
+}
+
 func newCacheCmd() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
@@ -52,6 +65,9 @@ func newCacheCmd() *cobra.Command {
 			if s.Unreadable > 0 || s.TempFiles > 0 {
 				fmt.Fprintf(w, "segments ending in unreadable bytes\t%d\nleftover files (not segments)\t%d\n", s.Unreadable, s.TempFiles)
 			}
+			if n, bytes := localCopiesIn(dir); n > 0 {
+				fmt.Fprintf(w, "local copies (--passthrough-min-size)\t%d, %s\n", n, humanBytes(bytes))
+			}
 			w.Flush()
 			if mnt, err := os.ReadFile(filepath.Join(dir, mountRecord)); err == nil {
 				mp := strings.TrimSpace(string(mnt))
@@ -66,7 +82,7 @@ func newCacheCmd() *cobra.Command {
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "purge",
-		Short: "Delete every cached block (refuses a directory a mount is using)",
+		Short: "Delete every cached block and local copy (refuses a directory a mount is using)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := need(); err != nil {
@@ -74,6 +90,9 @@ func newCacheCmd() *cobra.Command {
 			}
 			if err := cache.PurgeDir(dir); err != nil {
 				return err
+			}
+			if err := os.RemoveAll(filepath.Join(dir, localCopyDir)); err != nil {
+				return fmt.Errorf("purge local copies: %w", err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "purged", dir)
 			return nil

@@ -655,8 +655,9 @@ func TestSweepThroughMountDeepTree(t *testing.T) {
 // TestLocalCopiesThroughMount: with --passthrough-min-size under the
 // dataset's file sizes, every file is read by the kernel from a whole local
 // copy in --cache-dir/copies, made once from one fetch of the object and
-// used by every later open; the copies leave with the mount, and the next
-// mount makes them again from the disk cache, with no GET.
+// used by every later open. The copies outlive the mount: the next mount on
+// the cache dir adopts them (checked against their hashes) with no GET and
+// no copy made, and so does a mount after dataccel warm with the same flags.
 func TestLocalCopiesThroughMount(t *testing.T) {
 	st := srv.NewBucket(t)
 	files := dataset(t, st, "pt/", 8, 2<<20) // 1-3 MiB each
@@ -664,28 +665,52 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 	for _, b := range files {
 		total += len(b)
 	}
-	cacheDir := t.TempDir()
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--block-size", "256KiB",
-		"--passthrough-min-size", "1MiB", "s3://" + st.Bucket() + "/pt"}
-	for _, run := range []string{"cold", "remount"} {
-		m := startMount(t, t.TempDir(), args...)
+	n := int64(len(files))
+	src := "s3://" + st.Bucket() + "/pt"
+	flags := []string{"--endpoint", srv.Endpoint, "--block-size", "256KiB", "--passthrough-min-size", "1MiB"}
+	mountCache, warmCache := t.TempDir(), t.TempDir()
+	warm := exec.Command(bin, append([]string{"warm", "-q", "--cache-dir", warmCache, src}, flags...)...)
+	warm.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	if out, err := warm.CombinedOutput(); err != nil {
+		t.Fatalf("warm: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		run           string
+		cacheDir      string
+		made, adopted int64
+		fetched       bool
+	}{
+		{run: "cold", cacheDir: mountCache, made: n, fetched: true},
+		{run: "remount", cacheDir: mountCache, adopted: n},
+		{run: "after warm", cacheDir: warmCache, adopted: n},
+	} {
+		m := startMount(t, t.TempDir(), append([]string{"--cache-dir", tc.cacheDir, src}, flags...)...)
 		readAllFiles(t, m.dir, files)
 		readAllFiles(t, m.dir, files)
 		s := m.stats(t)
-		if s["local_copies_made_total"] != int64(len(files)) || s["local_copies_reused_total"] < int64(len(files)) {
-			t.Fatalf("%s: %d copies made and %d reused for %d files read twice; want one each, reused",
-				run, s["local_copies_made_total"], s["local_copies_reused_total"], len(files))
+		if s["local_copies_made_total"] != tc.made || s["local_copies_adopted_total"] != tc.adopted ||
+			s["local_copies_reused_total"] < n || s["local_copies_rejected_total"] != 0 {
+			t.Fatalf("%s: %d copies made, %d adopted, %d rejected, %d reused for %d files read twice; want %d made, %d adopted, all reused",
+				tc.run, s["local_copies_made_total"], s["local_copies_adopted_total"], s["local_copies_rejected_total"],
+				s["local_copies_reused_total"], n, tc.made, tc.adopted)
 		}
-		if got := s["store_get_bytes_total"]; run == "cold" && got > int64(total)*21/20 || run == "remount" && got != 0 {
-			t.Errorf("%s: %d bytes fetched for %d bytes of files", run, got, total)
-		}
-		copies, err := os.ReadDir(filepath.Join(cacheDir, "copies"))
-		if err != nil || len(copies) != len(files) {
-			t.Fatalf("%s: %d files in the copies directory (%v), want %d", run, len(copies), err, len(files))
+		if got := s["store_get_bytes_total"]; tc.fetched && got > int64(total)*21/20 || !tc.fetched && got != 0 {
+			t.Errorf("%s: %d bytes fetched for %d bytes of files", tc.run, got, total)
 		}
 		m.unmount(t)
-		if _, err := os.Stat(filepath.Join(cacheDir, "copies")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s: copies directory after unmount: %v", run, err)
+		copies, err := os.ReadDir(filepath.Join(tc.cacheDir, "copies"))
+		if err != nil || len(copies) != len(files)+1 {
+			t.Fatalf("%s: %d files in the copies directory after unmount (%v), want %d and the index", tc.run, len(copies), err, len(files))
 		}
+	}
+	out, err := exec.Command(bin, "cache", "stat", "--cache-dir", warmCache).CombinedOutput()
+	if want := fmt.Sprintf("local copies (--passthrough-min-size)  %d,", n); err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("cache stat: %v, want %q in\n%s", err, want, out)
+	}
+	if out, err := exec.Command(bin, "cache", "purge", "--cache-dir", warmCache).CombinedOutput(); err != nil {
+		t.Fatalf("cache purge: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(warmCache, "copies")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("copies after cache purge: %v", err)
 	}
 }

@@ -199,13 +199,13 @@ func TestWarmHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warm --help: %v", err)
 	}
-	for _, flag := range []string{"--cache-dir", "--block-size", "--concurrency", "--list", "--endpoint"} {
+	for _, flag := range []string{"--cache-dir", "--block-size", "--concurrency", "--list", "--endpoint", "--passthrough-min-size", "--local-copies"} {
 		if !strings.Contains(string(out), flag) {
 			t.Errorf("warm --help lacks %s", flag)
 		}
 	}
 	for _, flag := range []string{"--allow-other", "--prefetch-push", "--prefetch-inflight", "--prefetch-memory",
-		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead", "--passthrough-min-size", "--local-copies"} {
+		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead"} {
 		if strings.Contains(string(out), flag+" ") {
 			t.Errorf("warm --help lists the mount-only flag %s", flag)
 		}

@@ -91,7 +91,9 @@ func (s *mountStats) metrics() []metric {
 		{"local_copies_evicted_total", "local copies removed for room", &lc.Evicted, false},
 		{"local_copies_bytes", "bytes the local copies hold", &lc.Bytes, true},
 		{"local_copies_written_bytes_total", "bytes written into local copies", &lc.Written, false},
-		{"local_copies_inflight", "local copies being made", &lc.Inflight, true},
+		{"local_copies_inflight", "local copies being made or checked", &lc.Inflight, true},
+		{"local_copies_adopted_total", "local copies kept from the last mount (or dataccel warm) and found intact at first use", &lc.Adopted, false},
+		{"local_copies_rejected_total", "local copies kept from before whose bytes did not match their hash, made again", &lc.Rejected, false},
 	}
 }
 

@@ -356,7 +356,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	var copies fuse.LocalCopies
 	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
 		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
-			Budget: p.localCopyBytes, Chunk: int(p.blockSize), Logger: logger, Stats: &stats.copies})
+			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Logger: logger, Stats: &stats.copies})
 		if err != nil {
 			return err
 		}
@@ -466,6 +466,13 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 
 // localCopyDir is where in --cache-dir the local copies live.
 const localCopyDir = "copies"
+
+// copiesSource names the store for the local copies: a mount adopts the
+// copies left in its --cache-dir only if they came from the same one. A
+// hash: the index keeps no endpoint in the clear.
+func copiesSource(f mountFlags, p mountPlan) string {
+	return shortHash(f.s3.endpoint + "\x00" + p.bucket)
+}
 
 // copySource reads the local copies' bytes through the loader.
 type copySource struct{ l *prefetch.Loader }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/dataccel/dataccel/bench"
 	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/localcopy"
 	"github.com/dataccel/dataccel/prefetch"
 	"github.com/dataccel/dataccel/store"
 )
@@ -57,9 +59,10 @@ non-zero and lists what failed.`,
 	f.mount.register(cmd)
 	for _, name := range []string{"allow-other", "uid", "gid", "metadata-ttl", "debug-fuse", "prefetch", "prefetch-memory",
 		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight",
-		"list-ahead", "passthrough-min-size", "local-copies"} {
+		"list-ahead"} {
 		cmd.Flags().MarkHidden(name)
 	}
+	cmd.Flags().Lookup("passthrough-min-size").Usage = "with s3://...: also make the local copies a mount with this --passthrough-min-size reads large files from, which the next mount on --cache-dir adopts; 0: none"
 	cmd.Flags().StringVar(&f.list, "list", "", "warm only the paths in this file (one per line, relative to the prefix or directory; a tab and what follows it, such as the size bench run --files-from takes, are ignored)")
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", 64, "objects fetched in parallel (through a mount, a file of n MiB counts n times, at most 8)")
 	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar")
@@ -208,7 +211,79 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if werr != nil {
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
 	}
-	return reportFailures(failed, "objects")
+	if err := reportFailures(failed, "objects"); err != nil {
+		return err
+	}
+	if p.passthroughMin > 0 && p.localCopyBytes > 0 {
+		return warmCopies(ctx, logger, f, p, loader, objs)
+	}
+	return nil
+}
+
+// warmCopies makes the local copies a mount with the same
+// --passthrough-min-size would make at the first open of each large file,
+// from the cache warm just filled; the mount adopts them (package
+// localcopy). Only as many as fit --local-copies are made: more would evict
+// the first ones.
+func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPlan, loader *prefetch.Loader, objs []store.Object) error {
+	var large []store.Object
+	var bytes, skipped int64
+	for _, o := range objs {
+		if o.Size < p.passthroughMin {
+			continue
+		}
+		if bytes+o.Size > p.localCopyBytes {
+			skipped++
+			continue
+		}
+		large = append(large, o)
+		bytes += o.Size
+	}
+	if len(large) == 0 {
+		return nil
+	}
+	if skipped > 0 {
+		logger.Warn("--local-copies is too small for every large file: the rest is read through the mount", "without_copy", skipped)
+	}
+	var stats localcopy.Stats
+	copies, err := localcopy.New(filepath.Join(f.mount.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
+		Budget: p.localCopyBytes, Source: copiesSource(f.mount, p), Chunk: int(p.blockSize), Logger: logger, Stats: &stats})
+	if err != nil {
+		return err
+	}
+	bar := benchProgress(f.quiet).Begin("local copies", int64(len(large)))
+	var mu sync.Mutex
+	var failed []warmFailure
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(min(f.concurrency, 4)) // each is a disk write at disk speed
+	for _, o := range large {
+		g.Go(func() error {
+			_, release, err := copies.Acquire(gctx, o)
+			if err != nil {
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+				mu.Lock()
+				failed = append(failed, warmFailure{o.Key, err})
+				mu.Unlock()
+			} else {
+				release()
+			}
+			bar.Add(1, o.Size)
+			return nil
+		})
+	}
+	werr := g.Wait()
+	bar.Done()
+	if err := copies.Close(); err != nil {
+		return err
+	}
+	logger.Info("local copies done", "made", stats.Made.Load(), "kept_from_before", stats.Adopted.Load(),
+		"bytes", stats.Bytes.Load(), "failed", len(failed))
+	if werr != nil {
+		return fmt.Errorf("warm interrupted (%w): run it again to make the rest", werr)
+	}
+	return reportFailures(failed, "local copies")
 }
 
 // warmPass reads every object of objs through the loader, concurrency at a
