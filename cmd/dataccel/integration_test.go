@@ -694,14 +694,24 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 				tc.run, s["local_copies_made_total"], s["local_copies_adopted_total"], s["local_copies_rejected_total"],
 				s["local_copies_reused_total"], n, tc.made, tc.adopted)
 		}
-		if got := s["store_get_bytes_total"]; tc.fetched && got > int64(total)*21/20 || !tc.fetched && got != 0 {
-			t.Errorf("%s: %d bytes fetched for %d bytes of files", tc.run, got, total)
+		// A copy is made from the one fetch of its object: a second would
+		// double the bytes. A block now and then fetched twice when a read
+		// races a prefetch run of the same file is allowed.
+		if got := s["store_get_bytes_total"]; tc.fetched && got > int64(total)*11/10 || !tc.fetched && got != 0 {
+			t.Errorf("%s: %d bytes fetched for %d bytes of files; counters %v", tc.run, got, total, s)
 		}
 		m.unmount(t)
 		copies, err := os.ReadDir(filepath.Join(tc.cacheDir, "copies"))
 		if err != nil || len(copies) != len(files)+1 {
 			t.Fatalf("%s: %d files in the copies directory after unmount (%v), want %d and the index", tc.run, len(copies), err, len(files))
 		}
+	}
+	// A mount that makes no copies removes them: it would neither use nor bound them.
+	m := startMount(t, t.TempDir(), append([]string{"--cache-dir", mountCache, src}, flags[:4]...)...) // all but --passthrough-min-size
+	readAllFiles(t, m.dir, files)
+	m.unmount(t)
+	if _, err := os.Stat(filepath.Join(mountCache, "copies")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("copies after a mount without --passthrough-min-size: %v", err)
 	}
 	out, err := exec.Command(bin, "cache", "stat", "--cache-dir", warmCache).CombinedOutput()
 	if want := fmt.Sprintf("local copies (--passthrough-min-size)  %d,", n); err != nil || !strings.Contains(string(out), want) {

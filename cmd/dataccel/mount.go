@@ -360,8 +360,22 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer func() {
+			if err := c.Close(); err != nil {
+				logger.Warn("local copies not kept for the next mount", "err", err)
+			}
+		}()
 		copies = c
+	} else if f.cacheDir != "" {
+		// Copies a mount with --passthrough-min-size left: this one would
+		// never use or bound them.
+		dir := filepath.Join(f.cacheDir, localCopyDir)
+		if _, err := os.Stat(dir); err == nil {
+			logger.Info("removing the local copies left in the cache dir: this mount makes none", "dir", dir)
+			if err := os.RemoveAll(dir); err != nil {
+				logger.Warn("local copies not removed", "err", err)
+			}
+		}
 	}
 
 	m, err := fuse.New(dir, fuse.Config{
