@@ -153,6 +153,17 @@ func (r *RAM) Put(k Key, b []byte) {
 	}
 }
 
+// Forget drops the block for k, if held, without giving it to the victim:
+// its bytes live elsewhere now (a local copy of the whole object).
+func (r *RAM) Forget(k Key) {
+	if r.victim.Load() != nil {
+		r.mu.Lock()
+		delete(r.held, k)
+		r.mu.Unlock()
+	}
+	r.c.Del(ramKey(k))
+}
+
 // Reserve gives n bytes of the tier's bound to memory held elsewhere (the
 // blocks a loader has in flight or read ahead), so that both together stay
 // within it; the tier evicts down to the rest as new blocks arrive. A

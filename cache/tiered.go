@@ -178,6 +178,14 @@ func (t *Tiered) Put(k Key, b []byte) {
 	}
 }
 
+// Forget drops k from the RAM tier without writing it to the disk tier:
+// its bytes are kept elsewhere now (a local copy). A copy on disk stays.
+func (t *Tiered) Forget(k Key) {
+	if r, ok := t.ram.(interface{ Forget(Key) }); ok {
+		r.Forget(k)
+	}
+}
+
 // Touch forwards an access seen elsewhere to the disk tier's policy.
 func (t *Tiered) Touch(k Key) {
 	if tc, ok := t.disk.(toucher); ok {

@@ -130,3 +130,43 @@ func TestTieredPeek(t *testing.T) {
 		t.Error("Peek promoted a disk block to RAM")
 	}
 }
+
+// TestTieredForget: a forgotten block leaves RAM and never reaches the
+// disk tier, neither by eviction nor by Drain; its neighbours still do,
+// and a block already on disk stays there.
+func TestTieredForget(t *testing.T) {
+	const size = 64 << 10
+	stats := &Stats{}
+	r, err := NewRAM(4<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	tt := NewTiered(r, d)
+	onDisk := testKey("disk", 0)
+	d.Put(onDisk, blockFor(onDisk, size))
+	d.Flush()
+	kept, gone := testKey("kept", 0), testKey("gone", 0)
+	for _, k := range []Key{kept, gone} {
+		tt.Put(k, blockFor(k, size))
+	}
+	tt.Flush()
+	ramBefore := stats.RAMBytes.Load()
+	tt.Forget(gone)
+	tt.Forget(onDisk)
+	tt.Flush()
+	if _, ok := r.Get(gone); ok {
+		t.Fatal("a forgotten block is still in RAM")
+	}
+	if got := stats.RAMBytes.Load(); got != ramBefore-size {
+		t.Errorf("RAM bytes %d after Forget, want %d", got, ramBefore-size)
+	}
+	if saved, left := tt.Drain(time.Now().Add(10 * time.Second)); saved != 1 || left != 0 {
+		t.Fatalf("Drain saved %d, left %d; want the one block not forgotten", saved, left)
+	}
+	if d.Contains(gone) || !d.Contains(kept) || !d.Contains(onDisk) {
+		t.Errorf("on disk after Drain: forgotten %v, kept %v, on disk before %v; want false, true, true",
+			d.Contains(gone), d.Contains(kept), d.Contains(onDisk))
+	}
+}

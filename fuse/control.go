@@ -243,7 +243,7 @@ func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc, arm
 		return errSuperseded
 	}
 	a.cancel = nil
-	a.fsys.cfg.Control.Announce(order)
+	a.fsys.cfg.Control.Announce(a.fsys.withoutCopies(order))
 	return nil
 }
 
@@ -257,7 +257,7 @@ func (f *FS) Announce(ctx context.Context, paths []byte) error {
 	if err != nil {
 		return err
 	}
-	f.cfg.Control.Announce(order)
+	f.cfg.Control.Announce(f.withoutCopies(order))
 	return nil
 }
 

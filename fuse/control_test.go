@@ -342,9 +342,26 @@ func FuzzAppendCleanRel(f *testing.F) {
 }
 
 // countingControl's stats change at every snapshot, and grow.
-type countingControl struct{ n atomic.Int64 }
+type countingControl struct {
+	n         atomic.Int64
+	mu        sync.Mutex
+	announced []string // guarded by mu: the keys of the last order announced
+}
 
-func (c *countingControl) Announce([]store.Object) {}
+func (c *countingControl) Announce(order []store.Object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.announced = c.announced[:0]
+	for _, o := range order {
+		c.announced = append(c.announced, o.Key)
+	}
+}
+
+func (c *countingControl) lastOrder() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.announced, " ")
+}
 func (c *countingControl) Stats() []byte {
 	return fmt.Appendf(nil, `{"snapshots":%d}`, c.n.Add(1)*1000)
 }

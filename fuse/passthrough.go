@@ -18,6 +18,24 @@ type LocalCopies interface {
 	// Acquire returns a read-only file holding all of obj, kept until
 	// release is called; an error means there is none to be had.
 	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
+	// Has reports whether a whole copy of obj is held now.
+	Has(obj store.Object) bool
+}
+
+// withoutCopies drops from an announced order the files a local copy
+// serves (unless passthrough is off): prefetching them would fetch bytes
+// the kernel reads from the copy instead.
+func (f *FS) withoutCopies(order []store.Object) []store.Object {
+	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+		return order
+	}
+	out := make([]store.Object, 0, len(order))
+	for _, o := range order {
+		if o.Size < f.cfg.PassthroughMinSize || !f.cfg.Copies.Has(o) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Passthrough: a file of at least Config.PassthroughMinSize is read by the

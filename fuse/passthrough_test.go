@@ -65,10 +65,11 @@ func TestPassthrough(t *testing.T) {
 		wantPT    bool // big.bin read through its copy
 		wantMade  int64
 		wantFails bool
+		announced string // what an announcement of every file then prefetches
 	}{
-		{"first file large", "big.bin", 1 << 30, true, 2, false},
-		{"first file small", "small.bin", 1 << 30, false, 0, false},
-		{"no room for a copy", "big.bin", 1 << 20, false, 0, true},
+		{"first file large", "big.bin", 1 << 30, true, 2, false, "d/small.bin"},
+		{"first file small", "small.bin", 1 << 30, false, 0, false, "d/big.bin d/big2.bin d/small.bin"},
+		{"no room for a copy", "big.bin", 1 << 20, false, 0, true, "d/big.bin d/big2.bin d/small.bin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := &countingOpener{DirectOpener: DirectOpener{Store: st}, opens: map[string]int{}}
@@ -79,7 +80,8 @@ func TestPassthrough(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { copies.Close() })
-			m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: op, Control: &countingControl{},
+			ctl := &countingControl{}
+			m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: op, Control: ctl,
 				Copies: copies, PassthroughMinSize: 4 << 20})
 			// A job announces its order and reads the stats before its epoch.
 			if err := os.WriteFile(filepath.Join(m.Dir, ControlDir, "prefetch"), []byte("d/"+tc.first+"\n"), 0o644); err != nil {
@@ -124,6 +126,18 @@ func TestPassthrough(t *testing.T) {
 			}
 			if fails := stats.Failed.Load() > 0; fails != tc.wantFails {
 				t.Errorf("copies failed: %d, want failures: %v", stats.Failed.Load(), tc.wantFails)
+			}
+			// Files a copy serves are not prefetched: the kernel reads the copy.
+			if err := os.WriteFile(filepath.Join(m.Dir, ControlDir, "prefetch"), []byte("d/big.bin\nd/big2.bin\nd/small.bin\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The mount resolves an announcement in the background.
+			deadline := time.Now().Add(5 * time.Second)
+			for ctl.lastOrder() != tc.announced && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := ctl.lastOrder(); got != tc.announced {
+				t.Errorf("announced %q, want %q", got, tc.announced)
 			}
 		})
 	}

@@ -77,6 +77,9 @@ type Options struct {
 	Source string
 	// Chunk is how much one read of the Opener asks for (default 8 MiB).
 	Chunk  int
+	// Made, if set, is called after a copy of obj is made: the source may
+	// drop what it holds of obj (the copy has every byte).
+	Made   func(obj store.Object)
 	Logger *slog.Logger
 	Stats  *Stats
 }
@@ -259,6 +262,27 @@ func (c *Copies) Acquire(ctx context.Context, obj store.Object) (*os.File, func(
 	return f, func() { once.Do(func() { f.Close(); c.unpin(e) }) }, nil
 }
 
+// Has reports whether a whole copy of obj (this version) is held: made, or
+// kept from an earlier Copies (not checked yet: its first Acquire checks
+// it).
+func (c *Copies) Has(obj store.Object) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.byKey[versionKey(obj)]
+	if e == nil {
+		return false
+	}
+	if e.adopted {
+		return true
+	}
+	select {
+	case <-e.done:
+		return e.err == nil
+	default:
+		return false
+	}
+}
+
 // pin finds or starts obj's copy and pins it.
 func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
@@ -374,6 +398,9 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	fresh := path == ""
 	if fresh {
 		path, sum, err = c.write(obj)
+		if err == nil && c.opts.Made != nil {
+			c.opts.Made(obj)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -344,8 +344,10 @@ func TestKeptForTheNextCopies(t *testing.T) {
 				budget = tc.budget
 			}
 			var stats Stats
+			var made atomic.Int64 // Made calls: one per copy made, none for one adopted
 			m2 := &memOpener{data: m.data}
-			c2, err := New(dir, m2, Options{Budget: budget, Source: source, Chunk: 1000, Stats: &stats})
+			c2, err := New(dir, m2, Options{Budget: budget, Source: source, Chunk: 1000, Stats: &stats,
+				Made: func(store.Object) { made.Add(1) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,9 +357,9 @@ func TestKeptForTheNextCopies(t *testing.T) {
 			}
 			acquire(t, c2, obj("a", a), a)()
 			acquire(t, c2, obj("a", a), a)()
-			if m2.opens.Load() != tc.wantOpens || stats.Adopted.Load() != tc.adopted || stats.Rejected.Load() != tc.rejected {
-				t.Errorf("store opens %d, adopted %d, rejected %d; want %d, %d, %d",
-					m2.opens.Load(), stats.Adopted.Load(), stats.Rejected.Load(), tc.wantOpens, tc.adopted, tc.rejected)
+			if m2.opens.Load() != tc.wantOpens || made.Load() != tc.wantOpens || stats.Adopted.Load() != tc.adopted || stats.Rejected.Load() != tc.rejected {
+				t.Errorf("store opens %d, Made calls %d, adopted %d, rejected %d; want %d, %d, %d, %d",
+					m2.opens.Load(), made.Load(), stats.Adopted.Load(), stats.Rejected.Load(), tc.wantOpens, tc.wantOpens, tc.adopted, tc.rejected)
 			}
 			// A changed object never gets the old version's copy.
 			changed := store.Object{Key: "a", ETag: "e-a2", Size: int64(len(b))}

@@ -7,8 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
 )
 
 // indexedTier is a mapTier with the index lookup the disk tier has.
@@ -116,5 +118,33 @@ func TestTierHitKeptForNextPieces(t *testing.T) {
 	}
 	if used := stats.MemInUse.Load(); used != 0 {
 		t.Fatalf("%d bytes of budget still held after the block was read to its end", used)
+	}
+}
+
+// TestForget: after Forget, the RAM tier holds none of the object's blocks
+// and the disk tier never gets them; another object's blocks stay.
+func TestForget(t *testing.T) {
+	st := newFakeStore()
+	disk, ram, _ := newDiskTiers(t, 64<<20, 64<<20)
+	tier := cache.NewTiered(ram, disk)
+	l := newTestLoader(t, st, tier, Options{BlockSize: 64 << 10})
+	ctx := context.Background()
+	gone, kept := st.add("gone", 5*64<<10+7), st.add("kept", 3*64<<10)
+	for _, o := range []store.Object{gone, kept} {
+		if err := l.Fill(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tier.Flush()
+	l.Forget(gone)
+	tier.Flush()
+	tier.Drain(time.Now().Add(10 * time.Second))
+	for i := range l.numBlocks(gone) {
+		if tier.Contains(l.key(gone, i)) {
+			t.Errorf("block %d of a forgotten object still cached", i)
+		}
+	}
+	if !l.Cached(kept) {
+		t.Error("the other object's blocks were dropped")
 	}
 }

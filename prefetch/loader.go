@@ -417,6 +417,20 @@ func (l *Loader) Cached(obj store.Object) bool {
 	return true
 }
 
+// Forget drops obj's blocks from the cache tier's memory, and keeps them
+// off its disk: their bytes are kept elsewhere now (a whole local copy),
+// so holding them too would only push other blocks out, onto the disk and
+// back. Blocks already on disk stay.
+func (l *Loader) Forget(obj store.Object) {
+	f, ok := l.tier.(interface{ Forget(cache.Key) })
+	if !ok {
+		return
+	}
+	for i := range l.numBlocks(obj) {
+		f.Forget(l.key(obj, i))
+	}
+}
+
 // fillWindow is how many blocks of one object Fill fetches at once.
 const fillWindow = 8
 

@@ -694,6 +694,11 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 				tc.run, s["local_copies_made_total"], s["local_copies_adopted_total"], s["local_copies_rejected_total"],
 				s["local_copies_reused_total"], n, tc.made, tc.adopted)
 		}
+		// The copies hold the bytes: the RAM tier lets them go (and so
+		// keeps them off the disk tier) once a copy is made.
+		if ram := s["cache_ram_bytes"]; ram > int64(total)/4 {
+			t.Errorf("%s: the RAM tier holds %d bytes after the copies of %d bytes were made", tc.run, ram, total)
+		}
 		// A copy is made from the one fetch of its object: a second would
 		// double the bytes. A block now and then fetched twice when a read
 		// races a prefetch run of the same file is allowed.
@@ -705,6 +710,10 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 		if err != nil || len(copies) != len(files)+1 {
 			t.Fatalf("%s: %d files in the copies directory after unmount (%v), want %d and the index", tc.run, len(copies), err, len(files))
 		}
+	}
+	// warm fetched the large files into their copies only, not into the disk cache too.
+	if st, err := cache.StatDir(warmCache); err != nil || st.Entries != 0 {
+		t.Errorf("warm with local copies left %d blocks in the disk cache (%v), want none", st.Entries, err)
 	}
 	// A mount that makes no copies removes them: it would neither use nor bound them.
 	m := startMount(t, t.TempDir(), append([]string{"--cache-dir", mountCache, src}, flags[:4]...)...) // all but --passthrough-min-size

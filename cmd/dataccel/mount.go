@@ -356,7 +356,8 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	var copies fuse.LocalCopies
 	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
 		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
-			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Logger: logger, Stats: &stats.copies})
+			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Made: loader.Forget,
+			Logger: logger, Stats: &stats.copies})
 		if err != nil {
 			return err
 		}
