@@ -40,8 +40,10 @@ func newWarmCmd(logger *slog.Logger) *cobra.Command {
 progress bar. Run it again after an interruption: what is cached is skipped. Given a
 directory of a running dataccel mount instead, it reads every file under it through the
 mount, which fills that mount's cache, and reads them again past the page cache (up to
-three passes) while the mount's disk cache drops writes for want of disk speed. It exits
-non-zero and lists what failed.`,
+three passes) while the mount's disk cache drops writes for want of disk speed. With
+--passthrough-min-size, files at least that large go into whole local copies instead of the
+disk cache, which the next mount with the same flag adopts. It exits non-zero and lists what
+failed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{fmt.Errorf("warm takes 1 argument, s3://bucket[/prefix] or a directory of a mount; got %d", len(args))}
