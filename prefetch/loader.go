@@ -854,12 +854,13 @@ func (l *Loader) runBlocks(run []*flight) {
 // ready map, page cache) and drops the fetch's reference.
 func (l *Loader) finish(f *flight, data []byte, err error) {
 	f.data, f.err = data, err
-	close(f.done)
-	// Fill the cache before leaving the flights map, so that a read
-	// arriving now joins this flight instead of fetching again.
+	// Fill the cache before waking the waiters (a Fill that returns has
+	// its blocks in the tier) and before leaving the flights map, so that
+	// a read arriving now joins this flight instead of fetching again.
 	if err == nil && l.tier != nil {
 		l.tier.Put(f.key, data)
 	}
+	close(f.done)
 	l.mu.Lock()
 	delete(l.flights, f.key)
 	if f.prefetch {
