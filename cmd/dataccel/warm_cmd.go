@@ -232,6 +232,10 @@ func forCopies(logger *slog.Logger, p mountPlan, objs []store.Object) (copied, r
 	if p.passthroughMin <= 0 || p.localCopyBytes <= 0 {
 		return nil, objs
 	}
+	if why := passthroughUnavailable(); why != "" {
+		logger.Warn("no local copies made: a mount here could not use them; every file goes to the disk cache", "why", why)
+		return nil, objs
+	}
 	var bytes, skipped int64
 	for _, o := range objs {
 		switch {
