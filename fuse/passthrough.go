@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -20,22 +23,6 @@ type LocalCopies interface {
 	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
 	// Has reports whether a whole copy of obj is held now.
 	Has(obj store.Object) bool
-}
-
-// withoutCopies drops from an announced order the files a local copy
-// serves (unless passthrough is off): prefetching them would fetch bytes
-// the kernel reads from the copy instead.
-func (f *FS) withoutCopies(order []store.Object) []store.Object {
-	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
-		return order
-	}
-	out := make([]store.Object, 0, len(order))
-	for _, o := range order {
-		if o.Size < f.cfg.PassthroughMinSize || !f.cfg.Copies.Has(o) {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // Passthrough: a file of at least Config.PassthroughMinSize is read by the
@@ -57,17 +44,50 @@ const (
 	ptOff
 )
 
+const noPassthroughKernel = "the kernel has no FUSE passthrough (Linux 6.9 or later)"
+
 // passthroughMissing says why this mount cannot use passthrough ("" if it
 // can), from the kernel's INIT flags: registering a backing file needs
 // CAP_SYS_ADMIN, and a copy nobody can use would only delay opens.
 func passthroughMissing(kernelFlags uint64) string {
-	switch {
-	case kernelFlags&gofuse.CAP_PASSTHROUGH == 0:
-		return "the kernel has no FUSE passthrough (Linux 6.9 or later)"
-	case os.Geteuid() != 0:
+	if kernelFlags&gofuse.CAP_PASSTHROUGH == 0 {
+		return noPassthroughKernel
+	}
+	return passthroughNeedsRoot()
+}
+
+func passthroughNeedsRoot() string {
+	if os.Geteuid() != 0 {
 		return "FUSE passthrough needs root"
 	}
 	return ""
+}
+
+// PassthroughUnavailable is passthroughMissing for a caller without a
+// mount (dataccel warm, which makes copies for the next one): the kernel's
+// version stands in for its INIT flags.
+func PassthroughUnavailable() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil || !kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 6, 9) {
+		return noPassthroughKernel
+	}
+	return passthroughNeedsRoot()
+}
+
+// kernelAtLeast reports whether a kernel release string ("6.18.44-fc")
+// is at least major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	minorDigits, _, _ := strings.Cut(parts[1], "-") // "10-rc1"
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(minorDigits)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // opensAnswered reports whether this mount answers OPEN (passthrough on),
@@ -208,4 +228,20 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 	}
 	o.pt++
 	return &openHandle{n: n, pt: true}, 0, 0
+}
+
+// withoutCopies drops from an announced order the files a local copy
+// serves (unless passthrough is off): prefetching them would fetch bytes
+// the kernel reads from the copy instead.
+func (f *FS) withoutCopies(order []store.Object) []store.Object {
+	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+		return order
+	}
+	out := make([]store.Object, 0, len(order))
+	for _, o := range order {
+		if o.Size < f.cfg.PassthroughMinSize || !f.cfg.Copies.Has(o) {
+			out = append(out, o)
+		}
+	}
+	return out
 }

@@ -3,7 +3,6 @@ package fuse
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -149,16 +148,15 @@ func needPassthrough(t *testing.T) {
 	if err := unix.Uname(&u); err != nil {
 		t.Fatal(err)
 	}
-	var major, minor int
-	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
-	if major < 6 || major == 6 && minor < 9 {
-		t.Skipf("FUSE passthrough needs Linux 6.9 or later; this is %d.%d", major, minor)
+	if release := unix.ByteSliceToString(u.Release[:]); !kernelAtLeast(release, 6, 9) {
+		t.Skipf("FUSE passthrough needs Linux 6.9 or later; this is %s", release)
 	}
 }
 
 // A push into the page cache of a file read from its local copy is
 // refused before any copy: the kernel would never read those pages.
 func TestStoreRefusesPassthroughFiles(t *testing.T) {
+	needPassthrough(t)
 	st := srv.NewBucket(t)
 	data := bytes.Repeat([]byte{7}, 5<<20)
 	testenv.Put(t, st, "big.bin", data)

@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -76,7 +77,7 @@ type Options struct {
 	// copies kept by a Close are adopted only by a Copies of the same one.
 	Source string
 	// Chunk is how much one read of the Opener asks for (default 8 MiB).
-	Chunk  int
+	Chunk int
 	// Made, if set, is called after a copy of obj is made: the source may
 	// drop what it holds of obj (the copy has every byte).
 	Made   func(obj store.Object)
@@ -149,6 +150,19 @@ type indexCopy struct {
 	XXHash uint64 `json:"xxhash64"`
 }
 
+// Held counts the copies in dir and their bytes, for a report on a cache
+// dir no Copies has open.
+func Held(dir string) (copies int, bytes int64) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && e.Name() != indexName && !strings.HasPrefix(e.Name(), "tmp-") {
+			copies++
+			bytes += fi.Size()
+		}
+	}
+	return copies, bytes
+}
+
 // New returns Copies that keep their files in dir. It adopts the copies a
 // clean Close of the same Source left there, within the budget, to be
 // checked against their hashes at first use; every other file in dir is
@@ -207,9 +221,6 @@ func (c *Copies) adopt() error {
 		}
 		e := &entry{key: versionKey(store.Object{Key: r.Key, ETag: r.ETag, Size: r.Size}), objKey: r.Key, etag: r.ETag,
 			size: r.Size, done: make(chan struct{}), path: path, sum: r.XXHash, adopted: true}
-		if c.byKey[e.key] != nil {
-			continue
-		}
 		keep[name] = true
 		c.byKey[e.key] = e
 		c.used += e.size

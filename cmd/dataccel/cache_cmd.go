@@ -12,24 +12,12 @@ import (
 
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
+	"github.com/dataccel/dataccel/localcopy"
 )
 
 // mountRecord is written into the cache dir by a running mount, so that
 // `cache stat` can find its live counters.
 const mountRecord = "mounted-at"
-
-// localCopiesIn counts the files and bytes of the local copies in a cache
-// dir (the index aside).
-func localCopiesIn(dir string) (n int, bytes int64) {
-	ents, _ := os.ReadDir(filepath.Join(dir, localCopyDir))
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && e.Name() != "index.json" {
-			n++
-			bytes += fi.Size()
-		}
-	}
-	return n, bytes
-}
 
 func newCacheCmd() *cobra.Command {
 	var dir string
@@ -65,7 +53,7 @@ func newCacheCmd() *cobra.Command {
 			if s.Unreadable > 0 || s.TempFiles > 0 {
 				fmt.Fprintf(w, "segments ending in unreadable bytes\t%d\nleftover files (not segments)\t%d\n", s.Unreadable, s.TempFiles)
 			}
-			if n, bytes := localCopiesIn(dir); n > 0 {
+			if n, bytes := localcopy.Held(filepath.Join(dir, localCopyDir)); n > 0 {
 				fmt.Fprintf(w, "local copies (--passthrough-min-size)\t%d, %s\n", n, humanBytes(bytes))
 			}
 			w.Flush()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dataccel/dataccel/bench"
 	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/localcopy"
 	"github.com/dataccel/dataccel/prefetch"
 	"github.com/dataccel/dataccel/store"
@@ -198,7 +199,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			label = fmt.Sprintf("warm, pass %d", pass)
 		}
 		dropped := cstats.DiskDropped.Load()
-		failed, werr = warmPass(ctx, loader, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))))
+		failed, werr = warmEach(ctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), loader.Fill)
 		disk.Flush()
 		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
 			break
@@ -220,7 +221,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return err
 	}
 	if len(copied) > 0 {
-		return warmCopies(ctx, logger, f, p, st, copied)
+		return warmCopies(ctx, logger, f, p, st, budget, copied)
 	}
 	return nil
 }
@@ -232,7 +233,7 @@ func forCopies(logger *slog.Logger, p mountPlan, objs []store.Object) (copied, r
 	if p.passthroughMin <= 0 || p.localCopyBytes <= 0 {
 		return nil, objs
 	}
-	if why := passthroughUnavailable(); why != "" {
+	if why := fuse.PassthroughUnavailable(); why != "" {
 		logger.Warn("no local copies made: a mount here could not use them; every file goes to the disk cache", "why", why)
 		return nil, objs
 	}
@@ -259,10 +260,10 @@ func forCopies(logger *slog.Logger, p mountPlan, objs []store.Object) (copied, r
 // --passthrough-min-size would make at the first open of each large file,
 // straight from the store (no cache tier: the copy is the cache); the
 // mount adopts them (package localcopy).
-func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPlan, st store.Store, objs []store.Object) error {
+func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPlan, st store.Store, budget int64, objs []store.Object) error {
 	var pstats prefetch.Stats
 	loader := prefetch.NewLoader(st, nil, prefetch.Options{
-		BlockSize: p.blockSize, MaxInflight: f.concurrency, MemoryBudget: max(p.prefetchMem, int64(f.concurrency)*p.blockSize),
+		BlockSize: p.blockSize, MaxInflight: f.concurrency, MemoryBudget: budget,
 		Logger: logger, Stats: &pstats,
 	})
 	defer loader.Close()
@@ -272,30 +273,15 @@ func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPl
 	if err != nil {
 		return err
 	}
-	bar := benchProgress(f.quiet).Begin("local copies", int64(len(objs)))
-	var mu sync.Mutex
-	var failed []warmFailure
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(min(f.concurrency, 16)) // 16 at a time beat 4 (bench/RESULTS.md, session 28)
-	for _, o := range objs {
-		g.Go(func() error {
-			_, release, err := copies.Acquire(gctx, o)
-			if err != nil {
-				if gctx.Err() != nil {
-					return gctx.Err()
-				}
-				mu.Lock()
-				failed = append(failed, warmFailure{o.Key, err})
-				mu.Unlock()
-			} else {
+	// 16 at a time beat 4 (bench/RESULTS.md, session 28).
+	failed, werr := warmEach(ctx, objs, min(f.concurrency, 16), benchProgress(f.quiet).Begin("local copies", int64(len(objs))),
+		func(ctx context.Context, o store.Object) error {
+			_, release, err := copies.Acquire(ctx, o)
+			if err == nil {
 				release()
 			}
-			bar.Add(1, o.Size)
-			return nil
+			return err
 		})
-	}
-	werr := g.Wait()
-	bar.Done()
 	if err := copies.Close(); err != nil {
 		return err
 	}
@@ -307,16 +293,16 @@ func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPl
 	return reportFailures(failed, "local copies")
 }
 
-// warmPass reads every object of objs through the loader, concurrency at a
-// time, and returns the ones that failed.
-func warmPass(ctx context.Context, loader *prefetch.Loader, objs []store.Object, concurrency int, bar *bench.Bar) ([]warmFailure, error) {
+// warmEach runs fn on every object of objs, concurrency at a time, and
+// returns the ones it failed for; it stops at the first error of ctx.
+func warmEach(ctx context.Context, objs []store.Object, concurrency int, bar *bench.Bar, fn func(context.Context, store.Object) error) ([]warmFailure, error) {
 	var mu sync.Mutex
 	var failed []warmFailure
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(concurrency)
 	for _, o := range objs {
 		g.Go(func() error {
-			if err := loader.Fill(gctx, o); err != nil {
+			if err := fn(gctx, o); err != nil {
 				if gctx.Err() != nil {
 					return gctx.Err()
 				}
