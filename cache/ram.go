@@ -27,8 +27,13 @@ type RAM struct {
 	// lastOut is when the tier last evicted or refused a block (unix ns).
 	lastOut atomic.Int64
 
-	mu   sync.Mutex
-	held map[Key]struct{} // guarded by mu: keys set and not given up, kept with a victim only
+	mu sync.Mutex
+	// held is every block set and not given up (evicted, refused,
+	// dropped, forgotten), kept with a victim only: what ristretto holds,
+	// and what it is about to hold, as it applies a Set later (buffered).
+	// Get and Contains look here too: a block fetched and put a moment ago
+	// must not be fetched again.
+	held map[Key]*ramEntry // guarded by mu
 }
 
 // ramEntry keeps the full key beside the block so that a hash collision in
@@ -87,7 +92,7 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 // the first Put.
 func (r *RAM) setVictim(fn func(Key, []byte)) {
 	r.mu.Lock()
-	r.held = make(map[Key]struct{})
+	r.held = make(map[Key]*ramEntry)
 	r.mu.Unlock()
 	r.victim.Store(&fn)
 }
@@ -99,7 +104,9 @@ func (r *RAM) givenUp(e *ramEntry) {
 		return
 	}
 	r.mu.Lock()
-	delete(r.held, e.key)
+	if r.held[e.key] == e {
+		delete(r.held, e.key)
+	}
 	r.mu.Unlock()
 	(*v)(e.key, e.data)
 }
@@ -107,15 +114,13 @@ func (r *RAM) givenUp(e *ramEntry) {
 // drain calls fn with each block the tier holds.
 func (r *RAM) drain(fn func(Key, []byte)) {
 	r.mu.Lock()
-	keys := make([]Key, 0, len(r.held))
-	for k := range r.held {
-		keys = append(keys, k)
+	held := make([]*ramEntry, 0, len(r.held))
+	for _, e := range r.held {
+		held = append(held, e)
 	}
 	r.mu.Unlock()
-	for _, k := range keys {
-		if e, ok := r.c.Get(ramKey(k)); ok && e != nil && e.key == k {
-			fn(k, e.data)
-		}
+	for _, e := range held {
+		fn(e.key, e.data)
 	}
 }
 
@@ -129,11 +134,24 @@ func ramKey(k Key) string {
 func (r *RAM) Get(k Key) ([]byte, bool) {
 	e, ok := r.c.Get(ramKey(k))
 	if !ok || e == nil || e.key != k {
-		r.stats.RAMMisses.Add(1)
-		return nil, false
+		if e = r.pending(k); e == nil {
+			r.stats.RAMMisses.Add(1)
+			return nil, false
+		}
 	}
 	r.stats.RAMHits.Add(1)
 	return e.data, true
+}
+
+// pending returns the block for k if it is held but not found in ristretto
+// (its Set not applied yet), or nil.
+func (r *RAM) pending(k Key) *ramEntry {
+	if r.victim.Load() == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held[k]
 }
 
 // Put stores b under k and takes ownership of b. It may be dropped.
@@ -142,7 +160,7 @@ func (r *RAM) Put(k Key, b []byte) {
 	e := &ramEntry{key: k, data: b}
 	if r.victim.Load() != nil {
 		r.mu.Lock()
-		r.held[k] = struct{}{}
+		r.held[k] = e
 		r.mu.Unlock()
 	}
 	r.stats.RAMBytes.Add(int64(cap(b))) // before Set: OnExit may run at once
@@ -198,6 +216,9 @@ func (r *RAM) Full() bool {
 
 // Contains reports whether k is cached, without counting a hit or a miss.
 func (r *RAM) Contains(k Key) bool {
+	if r.victim.Load() != nil {
+		return r.pending(k) != nil
+	}
 	e, ok := r.c.Get(ramKey(k))
 	return ok && e != nil && e.key == k
 }

@@ -170,3 +170,28 @@ func TestTieredForget(t *testing.T) {
 			d.Contains(gone), d.Contains(kept), d.Contains(onDisk))
 	}
 }
+
+// A block put a moment ago is found at once, by Get and by Contains:
+// ristretto applies a Set later (it buffers them), and a block not found
+// would be fetched again.
+func TestTieredPutThenGet(t *testing.T) {
+	stats := &Stats{}
+	r, err := NewRAM(64<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	tt := NewTiered(r, d)
+	for i := range 5000 {
+		k := testKey("fresh", int64(i))
+		b := blockFor(k, 4<<10)
+		tt.Put(k, b)
+		if !tt.Contains(k) {
+			t.Fatalf("block %d not contained right after its Put", i)
+		}
+		if got, ok := tt.Get(k); !ok || !bytes.Equal(got, b) {
+			t.Fatalf("block %d not served right after its Put (found %v)", i, ok)
+		}
+	}
+}

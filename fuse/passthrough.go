@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +24,9 @@ type LocalCopies interface {
 	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
 	// Has reports whether a whole copy of obj is held now.
 	Has(obj store.Object) bool
+	// Offer asks for a copy of obj, made in the background if it can be
+	// without a fetch: obj was just read through the mount.
+	Offer(obj store.Object)
 }
 
 // Passthrough: a file of at least Config.PassthroughMinSize is read by the
@@ -171,14 +175,22 @@ func (h *openHandle) PassthroughFd() (int, bool) {
 	return int(o.copy.Fd()), true
 }
 
+// Release of a handle read through this process offers the file for a
+// copy: once a job has read a large file whole, its blocks are in the cache,
+// and the next open of it can be served from a copy made from them.
 func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 	o := &h.n.opens
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if !h.pt {
+		o.mu.Lock()
 		o.cached--
+		o.mu.Unlock()
+		if h.n.obj.Size >= h.n.fsys.cfg.PassthroughMinSize {
+			h.n.fsys.cfg.Copies.Offer(h.n.obj)
+		}
 		return 0
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.pt--; o.pt == 0 {
 		o.release()
 		o.copy, o.release = nil, nil
@@ -214,7 +226,7 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, syscall.EINTR
 	case err != nil:
-		if !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, fs.ErrNotExist) { // none held yet (made after a read)
 			n.fsys.log.Debug("no local copy; the file is read through the mount", "key", n.obj.Key, "err", err)
 		}
 		return cached()

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,6 +57,10 @@ type Opener interface {
 // ErrNoRoom: the copy would not fit the budget beside the copies in use.
 var ErrNoRoom = errors.New("localcopy: no room in the budget")
 
+// ErrNotHeld: with Options.HeldOnly, no copy of the object is held yet. It
+// wraps fs.ErrNotExist, so that a caller need not import this package.
+var ErrNotHeld = fmt.Errorf("localcopy: no copy held: %w", fs.ErrNotExist)
+
 // Stats are the copies' counters.
 type Stats struct {
 	Made     atomic.Int64 // copies made
@@ -67,6 +72,7 @@ type Stats struct {
 	Inflight atomic.Int64 // copies being made or checked now
 	Adopted  atomic.Int64 // copies kept from an earlier Copies, checked intact at their first use
 	Rejected atomic.Int64 // kept copies whose content did not match their hash (made again)
+	Dropped  atomic.Int64 // offers not taken: not Ready, no room without removing a copy, or the workers busy
 }
 
 // Options configures Copies.
@@ -80,7 +86,16 @@ type Options struct {
 	Chunk int
 	// Made, if set, is called after a copy of obj is made: the source may
 	// drop what it holds of obj (the copy has every byte).
-	Made   func(obj store.Object)
+	Made func(obj store.Object)
+	// HeldOnly makes Acquire hand out only the copies held: made after an
+	// Offer, or kept from an earlier Copies (checked first). It then never
+	// starts a copy or waits for one being made, so an open never waits for
+	// the store.
+	HeldOnly bool
+	// Ready, if set, says whether an offered object can be copied now
+	// without a fetch (the source's cache holds all of it); an offer of one
+	// that cannot is dropped. Nil: every offer is taken.
+	Ready  func(obj store.Object) bool
 	Logger *slog.Logger
 	Stats  *Stats
 }
@@ -100,6 +115,7 @@ type Copies struct {
 	seq    atomic.Int64 // names temporary files
 	bufs   sync.Pool    // of *[]byte, Options.Chunk long
 	warned atomic.Bool  // a failed copy was logged at warn level
+	offers chan offer   // offered copies, for the offer workers; sent to under mu
 
 	mu     sync.Mutex
 	byKey  map[string]*entry // guarded by mu: one entry per object version
@@ -121,7 +137,23 @@ type entry struct {
 	pins    int           // guarded by Copies.mu
 	elem    *list.Element // guarded by Copies.mu: in lru while unpinned and made
 	adopted bool          // guarded by Copies.mu: kept from an earlier Copies, not yet checked
+	offered bool          // guarded by Copies.mu: made after an Offer, until done
 }
+
+// offer is one offered copy, registered and waiting for a worker.
+type offer struct {
+	e   *entry
+	obj store.Object
+}
+
+// Offered copies are made by offerWorkers workers, from a queue of at
+// most offerQueue: a copy from the cache is a local copy of bytes at the
+// disk's speed, and a job that reads large files whole offers one each
+// time it finishes one.
+const (
+	offerWorkers = 2
+	offerQueue   = 64
+)
 
 func versionKey(obj store.Object) string {
 	return obj.Key + "\x00" + obj.ETag + "\x00" + strconv.FormatInt(obj.Size, 10)
@@ -182,10 +214,14 @@ func New(dir string, src Opener, opts Options) (*Copies, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Copies{dir: dir, src: src, opts: opts, log: opts.Logger, stats: opts.Stats,
-		ctx: ctx, stop: stop, byKey: map[string]*entry{}}
+		ctx: ctx, stop: stop, byKey: map[string]*entry{}, offers: make(chan offer, offerQueue)}
 	if err := c.adopt(); err != nil {
 		stop()
 		return nil, err
+	}
+	for range offerWorkers {
+		c.wg.Add(1)
+		go c.offerWorker()
 	}
 	return c, nil
 }
@@ -248,8 +284,14 @@ func (c *Copies) adopt() error {
 // making the copy first if there is none; it waits for a copy being made.
 // The copy stays until release is called (release must be called once).
 // An error means there is no copy: the caller reads obj another way.
+//
+// With Options.HeldOnly it returns ErrNotHeld, at once, when no copy is
+// held (none, or one still being made after an Offer).
 func (c *Copies) Acquire(ctx context.Context, obj store.Object) (*os.File, func(), error) {
 	e, err := c.pin(obj)
+	if errors.Is(err, ErrNotHeld) {
+		return nil, nil, err
+	}
 	if err != nil {
 		c.stats.Failed.Add(1)
 		return nil, nil, err
@@ -294,7 +336,8 @@ func (c *Copies) Has(obj store.Object) bool {
 	}
 }
 
-// pin finds or starts obj's copy and pins it.
+// pin finds or starts obj's copy and pins it (with Options.HeldOnly, finds
+// a held one or fails with ErrNotHeld).
 func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
 	c.mu.Lock()
@@ -302,7 +345,11 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	if c.closed {
 		return nil, errors.New("local copies: closed")
 	}
-	if e := c.byKey[key]; e != nil {
+	e := c.byKey[key]
+	if c.opts.HeldOnly && (e == nil || e.offered) {
+		return nil, fmt.Errorf("local copy of %s: %w", obj.Key, ErrNotHeld)
+	}
+	if e != nil {
 		if e.elem != nil {
 			c.lru.Remove(e.elem)
 			e.elem = nil
@@ -325,13 +372,73 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	if !c.roomLocked(obj.Size) {
 		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
 	}
-	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
+	e = &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
 	c.byKey[key] = e
 	c.used += obj.Size
 	c.wg.Add(1)
 	c.stats.Inflight.Add(1)
 	go c.make(e, obj, false)
 	return e, nil
+}
+
+// Offer asks for a copy of obj, made in the background from the Opener, if
+// none is held or being made, Options.Ready says it can be, and it fits the
+// budget beside the copies held without removing one: an epoch over a
+// dataset larger than the budget would otherwise remove each copy before
+// its next use, and write the dataset again every epoch. An offer the
+// workers have no room for in their queue is dropped (the caller offers
+// the file again the next time it is read). It never blocks.
+func (c *Copies) Offer(obj store.Object) {
+	key := versionKey(obj)
+	c.mu.Lock()
+	if c.closed || c.byKey[key] != nil {
+		c.mu.Unlock()
+		return
+	}
+	if obj.Size <= 0 || c.used+obj.Size > c.opts.Budget {
+		c.mu.Unlock()
+		c.stats.Dropped.Add(1)
+		return
+	}
+	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), offered: true}
+	select {
+	case c.offers <- offer{e, obj}: // under mu: Close drains what was sent before it closed
+		c.byKey[key] = e
+		c.used += obj.Size
+	default:
+		c.stats.Dropped.Add(1)
+	}
+	c.mu.Unlock()
+}
+
+// offerWorker makes offered copies until the Copies close.
+func (c *Copies) offerWorker() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case o := <-c.offers:
+			if c.opts.Ready != nil && !c.opts.Ready(o.obj) {
+				c.drop(o.e)
+				continue
+			}
+			c.wg.Add(1)
+			c.stats.Inflight.Add(1)
+			c.make(o.e, o.obj, false)
+		}
+	}
+}
+
+// drop forgets an offered copy not made.
+func (c *Copies) drop(e *entry) {
+	c.stats.Dropped.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byKey, e.key)
+	c.used -= e.size
+	e.err = ErrNotHeld
+	close(e.done)
 }
 
 // roomLocked removes unpinned copies, least recently used first, until n
@@ -430,6 +537,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	} else {
 		e.path = path
 		e.sum = sum
+		e.offered = false
 		if fresh {
 			c.stats.Made.Add(1)
 			c.stats.Bytes.Add(e.size)
@@ -544,6 +652,9 @@ func (c *Copies) Close() error {
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
+	for len(c.offers) > 0 {
+		c.drop((<-c.offers).e)
+	}
 	c.mu.Lock()
 	idx := index{Version: 1, Source: c.opts.Source}
 	listed := map[*entry]bool{}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -366,5 +367,121 @@ func TestKeptForTheNextCopies(t *testing.T) {
 			m2.data = map[string][]byte{"a": b}
 			acquire(t, c2, changed, b)()
 		})
+	}
+}
+
+// With HeldOnly, Acquire never makes a copy or waits for one: copies come
+// from Offer, in the background, when Ready says the source has the bytes
+// and the budget has room without removing a copy held.
+func TestOffer(t *testing.T) {
+	a, b, d := payload(1000, 1), payload(1000, 2), payload(1500, 3)
+	for _, tc := range []struct {
+		name    string
+		budget  int64
+		ready   map[string]bool // nil: every offer is ready
+		offers  []string
+		made    []string // copies held afterwards
+		dropped int64
+	}{
+		{name: "made", budget: 5000, offers: []string{"a", "b"}, made: []string{"a", "b"}},
+		{name: "offered twice, made once", budget: 5000, offers: []string{"a", "a", "a"}, made: []string{"a"}},
+		{name: "not ready", budget: 5000, ready: map[string]bool{"b": true}, offers: []string{"a", "b"}, made: []string{"b"}, dropped: 1},
+		{name: "no room without removing a copy", budget: 2000, offers: []string{"a", "b", "d"}, made: []string{"a", "b"}, dropped: 1},
+		{name: "larger than the budget", budget: 1200, offers: []string{"d", "a"}, made: []string{"a"}, dropped: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &memOpener{data: map[string][]byte{"a": a, "b": b, "d": d}}
+			stats := &Stats{}
+			opts := Options{Budget: tc.budget, Chunk: 300, HeldOnly: true, Stats: stats}
+			if tc.ready != nil {
+				opts.Ready = func(o store.Object) bool { return tc.ready[o.Key] }
+			}
+			c, err := New(filepath.Join(t.TempDir(), "copies"), m, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			for _, k := range tc.offers {
+				if o := obj(k, m.data[k]); !c.Has(o) {
+					if _, _, err := c.Acquire(context.Background(), o); !errors.Is(err, ErrNotHeld) || !errors.Is(err, fs.ErrNotExist) {
+						t.Fatalf("Acquire(%s) before its copy: %v, want ErrNotHeld", k, err)
+					}
+				}
+				c.Offer(obj(k, m.data[k]))
+				// One at a time, so that the budget decides in this order.
+				deadline := time.Now().Add(5 * time.Second)
+				for stats.Inflight.Load() != 0 || len(c.offers) != 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("offered copy not settled")
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			c.mu.Lock()
+			for c.offered() {
+				c.mu.Unlock()
+				time.Sleep(time.Millisecond)
+				c.mu.Lock()
+			}
+			c.mu.Unlock()
+			for _, k := range tc.made {
+				if !c.Has(obj(k, m.data[k])) {
+					t.Errorf("no copy of %s held", k)
+				}
+				acquire(t, c, obj(k, m.data[k]), m.data[k])()
+			}
+			if got := stats.Made.Load(); got != int64(len(tc.made)) {
+				t.Errorf("made %d copies, want %d", got, len(tc.made))
+			}
+			if got := stats.Dropped.Load(); got != tc.dropped {
+				t.Errorf("dropped %d offers, want %d", got, tc.dropped)
+			}
+			if got := stats.Evicted.Load(); got != 0 {
+				t.Errorf("evicted %d copies, want none (an offer never removes one)", got)
+			}
+			if got := stats.Failed.Load(); got != 0 {
+				t.Errorf("%d failed, want none (no copy held is not a failure)", got)
+			}
+		})
+	}
+}
+
+// offered reports whether an offered copy is being made. Called with mu held.
+func (c *Copies) offered() bool {
+	for _, e := range c.byKey {
+		if e.offered {
+			return true
+		}
+	}
+	return false
+}
+
+// An offer cannot outlive Close: queued offers are dropped, the index lists
+// only the copies made.
+func TestOfferThenClose(t *testing.T) {
+	m := &memOpener{data: map[string][]byte{}, gate: make(chan struct{})}
+	dir := filepath.Join(t.TempDir(), "copies")
+	c, err := New(dir, m, Options{Budget: 1 << 20, Chunk: 300, HeldOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * offerQueue {
+		k := fmt.Sprint("k", i)
+		m.data[k] = payload(100, byte(i))
+		c.Offer(obj(k, m.data[k]))
+	}
+	if got := c.stats.Dropped.Load(); got < offerQueue-offerWorkers {
+		t.Errorf("dropped %d offers past the queue, want at least %d", got, offerQueue-offerWorkers)
+	}
+	if err := c.Close(); err != nil { // the gated reads end with the context
+		t.Fatal(err)
+	}
+	c2, err := New(dir, m, Options{Budget: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got := c2.stats.Bytes.Load(); got != 0 {
+		t.Errorf("%d bytes adopted after Close with every offer unfinished, want 0", got)
 	}
 }

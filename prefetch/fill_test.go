@@ -147,4 +147,20 @@ func TestForget(t *testing.T) {
 	if !l.Cached(kept) {
 		t.Error("the other object's blocks were dropped")
 	}
+	// Prefetch leaves a forgotten object alone (its copy holds it), until
+	// a read fetches it through the loader again.
+	if _, res := l.startPrefetch(gone, 0, false, landReady, nil); res != pfPresent {
+		t.Errorf("prefetch of a forgotten object: %v, want left alone", res)
+	}
+	r := l.Open(gone)
+	defer r.Close()
+	if _, err := r.ReadAt(ctx, make([]byte, 10), 0); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	_, skipped := l.copied[objVersion{gone.Key, gone.ETag}]
+	l.mu.Unlock()
+	if skipped {
+		t.Error("prefetch still leaves alone an object read through the loader again")
+	}
 }

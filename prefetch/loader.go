@@ -205,6 +205,10 @@ type Loader struct {
 	pbytes      int64     // guarded by mu: bytes those flights fetch
 	closed      bool      // guarded by mu
 	pc          PageCache // guarded by mu: where pushes go (nil: none)
+	// copied holds the object versions Forget was told a whole local copy
+	// holds, at most maxCopied: prefetch leaves them alone (a read of one
+	// through the loader fetches it, and takes it out again).
+	copied map[objVersion]struct{} // guarded by mu
 
 	pushq chan push // blocks waiting for a pusher; nil unless CrossFile
 }
@@ -269,6 +273,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		chances:   newChanceSet(),
 		flights:   make(map[cache.Key]*flight),
 		ready:     make(map[cache.Key]*flight),
+		copied:    make(map[objVersion]struct{}),
 	}
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
@@ -417,11 +422,23 @@ func (l *Loader) Cached(obj store.Object) bool {
 	return true
 }
 
+// objVersion names an object version in Loader.copied.
+type objVersion struct{ key, etag string }
+
+// maxCopied bounds Loader.copied.
+const maxCopied = 1 << 16
+
 // Forget drops obj's blocks from the cache tier's memory, and keeps them
 // off its disk: their bytes are kept elsewhere now (a whole local copy),
 // so holding them too would only push other blocks out, onto the disk and
-// back. Blocks already on disk stay.
+// back. Blocks already on disk stay. Prefetch then leaves obj alone: it
+// would fetch again what the copy holds.
 func (l *Loader) Forget(obj store.Object) {
+	l.mu.Lock()
+	if len(l.copied) < maxCopied {
+		l.copied[objVersion{obj.Key, obj.ETag}] = struct{}{}
+	}
+	l.mu.Unlock()
 	f, ok := l.tier.(interface{ Forget(cache.Key) })
 	if !ok {
 		return
@@ -620,6 +637,7 @@ func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
 // newReadFlightLocked registers and starts the fetch of a block a read
 // waits on; the fetch holds one reference. Called with l.mu held.
 func (l *Loader) newReadFlightLocked(obj store.Object, i, n int64) *flight {
+	delete(l.copied, objVersion{obj.Key, obj.ETag}) // read through the loader after all
 	f := l.registerLocked(obj, i, n, false, false)
 	l.wg.Add(1)
 	go l.runRead(f)
@@ -1016,7 +1034,8 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	k := l.key(obj, i)
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
-	present := l.closed || l.ready[k] != nil || l.flights[k] != nil
+	_, copied := l.copied[objVersion{obj.Key, obj.ETag}]
+	present := l.closed || copied || l.ready[k] != nil || l.flights[k] != nil
 	full := l.prefetchFullLocked(hold, n)
 	l.mu.Unlock()
 	if present {
