@@ -92,7 +92,8 @@ type FS struct {
 	root    *dirNode           // set once by New, before the mount serves
 	walk    *walkAhead         // lists directories ahead of a walker
 	stop    context.CancelFunc // ends the mount's background work (walk's LISTs)
-	pt      atomic.Int32       // passthrough: ptUndecided, then ptOn or ptOff for good
+	pt      atomic.Int32       // passthrough: ptUndecided, then maybe ptOff for good
+	ptOpens ptOpens            // the opens passthrough weighs
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or

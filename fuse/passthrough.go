@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -32,21 +33,32 @@ type LocalCopies interface {
 // Passthrough: a file of at least Config.PassthroughMinSize is read by the
 // kernel from a whole local copy of it (FUSE passthrough, Linux 6.9+): at
 // the speed of the local disk's page cache, large folios and all, with no
-// request to this process. Its open waits for the copy, made from the
-// loader's blocks (prefetched ahead of the job, or fetched then), or for the
-// check of one kept from the last mount.
+// request to this process. Its open takes the copy the LocalCopies hold
+// (made after an earlier read, or kept from the last mount), or waits for
+// one, as the LocalCopies decide.
 //
 // It costs an OPEN (and a RELEASE) per file: the kernel sends them to a
 // file system that answers OPEN at all, and it is told so, or told never
-// to send them again (ENOSYS), once for the whole mount. So the mount
-// decides once, at the first open of a file: passthrough if that file is
-// large enough, else never (a dataset of small files keeps its opens free:
-// an OPEN costs a small file more than its read).
+// to send them again (ENOSYS), once for the whole mount, and for good. A
+// small file pays that round trip more than its read, so the mount weighs
+// the opens it has answered: it answers them while the large files opened
+// hold at least smallOpenCost bytes per small file opened, and stops for
+// good once, after decideAfter opens at least, they no longer do (a dataset
+// of small files, one large index file opened first or not). It stops only
+// while no file is open from its copy: the kernel refuses to open an inode
+// through the page cache while it is open from a copy.
 const (
-	ptUndecided int32 = iota
-	ptOn
-	ptOff
+	ptUndecided int32 = iota // opens answered, large files read from copies
+	ptOff                    // opens not answered, for good
 )
+
+// decideAfter: the opens answered before passthrough may turn off.
+const decideAfter = 64
+
+// smallOpenCost: an answered OPEN costs a small file about what a copy
+// saves on this many bytes of a large file's warm read through the mount
+// (bench/RESULTS.md, session 29).
+const smallOpenCost = 128 << 10
 
 const noPassthroughKernel = "the kernel has no FUSE passthrough (Linux 6.9 or later)"
 
@@ -95,24 +107,44 @@ func kernelAtLeast(release string, major, minor int) bool {
 }
 
 // opensAnswered reports whether this mount answers OPEN (passthrough on),
-// deciding it at the first open of a file, obj.
+// at the open of a file, obj, which it counts.
 func (f *FS) opensAnswered(obj store.Object) bool {
-	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 {
+	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
 		return false
 	}
-	mode := f.pt.Load()
-	if mode == ptUndecided {
-		want := ptOff
-		if obj.Size >= f.cfg.PassthroughMinSize {
-			want = ptOn
-		}
-		if f.pt.CompareAndSwap(ptUndecided, want) {
-			f.log.Info("passthrough decided by the first file opened",
-				"on", want == ptOn, "file_bytes", obj.Size, "min_bytes", f.cfg.PassthroughMinSize)
-		}
-		mode = f.pt.Load()
+	p := &f.ptOpens
+	if obj.Size >= f.cfg.PassthroughMinSize {
+		p.largeBytes.Add(obj.Size)
+	} else {
+		p.small.Add(1)
 	}
-	return mode == ptOn
+	opens := p.opens.Add(1)
+	small, large := p.small.Load(), p.largeBytes.Load()
+	if opens < decideAfter || small*smallOpenCost <= large || p.ptHandles.Load() > 0 {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ptHandles.Load() > 0 { // a file opened from its copy since
+		return true
+	}
+	if f.pt.CompareAndSwap(ptUndecided, ptOff) {
+		f.log.Info("passthrough off for good: small files dominate the opens, which it would cost a round trip each",
+			"opens", opens, "small_files", small, "large_file_bytes", large, "min_bytes", f.cfg.PassthroughMinSize)
+	}
+	return false
+}
+
+// ptOpens weighs the opens a mount answers (opensAnswered).
+type ptOpens struct {
+	opens      atomic.Int64 // files opened
+	small      atomic.Int64 // of them, smaller than PassthroughMinSize
+	largeBytes atomic.Int64 // the bytes of the others
+	ptHandles  atomic.Int64 // handles open from a copy now
+
+	// mu orders the turn off against a new handle from a copy: none may
+	// start after it (see ptOpen).
+	mu sync.Mutex
 }
 
 // openControl answers the open of a control file: like a file's when the
@@ -132,7 +164,7 @@ func (f *FS) openControl() (gofs.FileHandle, uint32, syscall.Errno) {
 // reads the copy's (unless the copy finds no room, and the file is read
 // through the mount: its reads are served from the loader's blocks).
 func (f *FS) passthroughFor(obj store.Object) bool {
-	return f.pt.Load() == ptOn && obj.Size >= f.cfg.PassthroughMinSize
+	return f.cfg.Copies != nil && f.cfg.PassthroughMinSize > 0 && f.pt.Load() != ptOff && obj.Size >= f.cfg.PassthroughMinSize
 }
 
 // openHandle is one open of a file on a mount that answers OPEN: through
@@ -152,6 +184,8 @@ var (
 )
 
 // nodeOpens is a file node's open handles on a mount that answers OPEN.
+//
+// Lock order: nodeOpens.mu, then FS.ptOpens.mu.
 type nodeOpens struct {
 	mu      sync.Mutex
 	cached  int      // guarded by mu: handles read through this process
@@ -184,11 +218,12 @@ func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 		o.mu.Lock()
 		o.cached--
 		o.mu.Unlock()
-		if h.n.obj.Size >= h.n.fsys.cfg.PassthroughMinSize {
+		if h.n.fsys.passthroughFor(h.n.obj) {
 			h.n.fsys.cfg.Copies.Offer(h.n.obj)
 		}
 		return 0
 	}
+	h.n.fsys.ptOpens.ptHandles.Add(-1)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.pt--; o.pt == 0 {
@@ -207,11 +242,28 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 		o.cached++
 		return &openHandle{n: n}, gofuse.FOPEN_KEEP_CACHE, 0
 	}
+	// ptOpen opens from the copy, unless passthrough turned off since this
+	// open began (the kernel would then refuse opens of the inode that
+	// reach it without OPEN). Called with o.mu held.
+	ptOpen := func() (gofs.FileHandle, uint32, syscall.Errno) {
+		p := &n.fsys.ptOpens
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if n.fsys.pt.Load() == ptOff {
+			if o.pt == 0 && o.copy != nil { // the copy this open just took
+				o.release()
+				o.copy, o.release = nil, nil
+			}
+			return cached()
+		}
+		o.pt++
+		p.ptHandles.Add(1)
+		return &openHandle{n: n, pt: true}, 0, 0
+	}
 	o.mu.Lock()
 	if o.pt > 0 {
-		o.pt++
-		o.mu.Unlock()
-		return &openHandle{n: n, pt: true}, 0, 0
+		defer o.mu.Unlock()
+		return ptOpen()
 	}
 	if o.cached > 0 || n.obj.Size < n.fsys.cfg.PassthroughMinSize {
 		defer o.mu.Unlock()
@@ -238,8 +290,7 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 	default:
 		o.copy, o.release = f, release
 	}
-	o.pt++
-	return &openHandle{n: n, pt: true}, 0, 0
+	return ptOpen()
 }
 
 // withoutCopies drops from an announced order the files a local copy

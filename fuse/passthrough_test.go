@@ -58,17 +58,21 @@ func TestPassthrough(t *testing.T) {
 	putAll(t, st, map[string][]byte{"d/big.bin": big, "d/big2.bin": big2, "d/small.bin": small})
 
 	for _, tc := range []struct {
-		name      string
-		first     string // the file opened first decides
-		budget    int64
-		wantPT    bool // big.bin read through its copy
-		wantMade  int64
-		wantFails bool
-		announced string // what an announcement of every file then prefetches
+		name       string
+		first      string // the file opened first
+		smallOpens int    // opens of small.bin right after it
+		budget     int64
+		wantPT     bool // big.bin read through its copy
+		wantMade   int64
+		wantFails  bool
+		announced  string // what an announcement of every file then prefetches
 	}{
-		{"first file large", "big.bin", 1 << 30, true, 2, false, "d/small.bin"},
-		{"first file small", "small.bin", 1 << 30, false, 0, false, "d/big.bin d/big2.bin d/small.bin"},
-		{"no room for a copy", "big.bin", 1 << 20, false, 0, true, "d/big.bin d/big2.bin d/small.bin"},
+		{"large files", "big.bin", 0, 1 << 30, true, 2, false, "d/small.bin"},
+		{"a small file first", "small.bin", 0, 1 << 30, true, 2, false, "d/small.bin"},
+		// Small files dominate the opens: passthrough turns off for good.
+		{"small files first", "small.bin", 2 * decideAfter, 1 << 30, false, 0, false, "d/big.bin d/big2.bin d/small.bin"},
+		{"a large file first, then small files", "big.bin", 2 * decideAfter, 1 << 30, false, 1, false, "d/big.bin d/big2.bin d/small.bin"},
+		{"no room for a copy", "big.bin", 0, 1 << 20, false, 0, true, "d/big.bin d/big2.bin d/small.bin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := &countingOpener{DirectOpener: DirectOpener{Store: st}, opens: map[string]int{}}
@@ -103,6 +107,9 @@ func TestPassthrough(t *testing.T) {
 			}
 			files := map[string][]byte{"big.bin": big, "big2.bin": big2, "small.bin": small}
 			read(tc.first, files[tc.first])
+			for range tc.smallOpens {
+				read("small.bin", small)
+			}
 			for _, name := range []string{"big.bin", "big2.bin", "small.bin", "big.bin"} {
 				read(name, files[name])
 			}
