@@ -25,8 +25,8 @@ type LocalCopies interface {
 	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
 	// Has reports whether a whole copy of obj is held now.
 	Has(obj store.Object) bool
-	// Offer asks for a copy of obj, made in the background if it can be
-	// without a fetch: obj was just read through the mount.
+	// Offer asks for a copy of obj, made in the background as the job
+	// reads obj through the mount (it was just opened so).
 	Offer(obj store.Object)
 }
 
@@ -209,18 +209,12 @@ func (h *openHandle) PassthroughFd() (int, bool) {
 	return int(o.copy.Fd()), true
 }
 
-// Release of a handle read through this process offers the file for a
-// copy: once a job has read a large file whole, its blocks are in the cache,
-// and the next open of it can be served from a copy made from them.
 func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 	o := &h.n.opens
 	if !h.pt {
 		o.mu.Lock()
 		o.cached--
 		o.mu.Unlock()
-		if h.n.fsys.passthroughFor(h.n.obj) {
-			h.n.fsys.cfg.Copies.Offer(h.n.obj)
-		}
 		return 0
 	}
 	h.n.fsys.ptOpens.ptHandles.Add(-1)
@@ -235,11 +229,20 @@ func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 
 // openAnswered opens n on a mount that answers OPEN. A read through this
 // process keeps the page cache (FOPEN_KEEP_CACHE), as it does when opens
-// are not answered.
+// are not answered. Such an open of a large file offers it for a copy,
+// which follows the job's read of it (LocalCopies.Offer): the next open
+// finds it whole if the job read the file whole.
 func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, syscall.Errno) {
 	o := &n.opens
+	offer := false
+	defer func() { // after o.mu is let go
+		if offer {
+			n.fsys.cfg.Copies.Offer(n.obj)
+		}
+	}()
 	cached := func() (gofs.FileHandle, uint32, syscall.Errno) {
 		o.cached++
+		offer = n.fsys.passthroughFor(n.obj)
 		return &openHandle{n: n}, gofuse.FOPEN_KEEP_CACHE, 0
 	}
 	// ptOpen opens from the copy, unless passthrough turned off since this

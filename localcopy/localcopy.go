@@ -57,6 +57,9 @@ type Opener interface {
 // ErrNoRoom: the copy would not fit the budget beside the copies in use.
 var ErrNoRoom = errors.New("localcopy: no room in the budget")
 
+// errRead marks a copy that failed reading its source, not writing.
+var errRead = errors.New("reading the source")
+
 // ErrNotHeld: with Options.HeldOnly, no copy of the object is held yet. It
 // wraps fs.ErrNotExist, so that a caller need not import this package.
 var ErrNotHeld = fmt.Errorf("localcopy: no copy held: %w", fs.ErrNotExist)
@@ -72,7 +75,7 @@ type Stats struct {
 	Inflight atomic.Int64 // copies being made or checked now
 	Adopted  atomic.Int64 // copies kept from an earlier Copies, checked intact at their first use
 	Rejected atomic.Int64 // kept copies whose content did not match their hash (made again)
-	Dropped  atomic.Int64 // offers not taken: not Ready, no room without removing a copy, or the workers busy
+	Dropped  atomic.Int64 // offers not taken (no room without removing a copy, the workers busy) or not finished (not read whole)
 }
 
 // Options configures Copies.
@@ -92,12 +95,14 @@ type Options struct {
 	// starts a copy or waits for one being made, so an open never waits for
 	// the store.
 	HeldOnly bool
-	// Ready, if set, says whether an offered object can be copied now
-	// without a fetch (the source's cache holds all of it); an offer of one
-	// that cannot is dropped. Nil: every offer is taken.
-	Ready  func(obj store.Object) bool
-	Logger *slog.Logger
-	Stats  *Stats
+	// Offered, if set, reads the bytes of offered copies instead of the
+	// Opener: the prefetch loader's trailing readers, which fetch nothing
+	// and wait for the job's own reads of the file, so that a copy costs no
+	// fetch and is whole when the job has read the file whole, and a job
+	// that reads part of a file leaves its copy unmade.
+	Offered Opener
+	Logger  *slog.Logger
+	Stats   *Stats
 }
 
 // Copies makes and keeps local copies in one directory.
@@ -147,11 +152,10 @@ type offer struct {
 }
 
 // Offered copies are made by offerWorkers workers, from a queue of at
-// most offerQueue: a copy from the cache is a local copy of bytes at the
-// disk's speed, and a job that reads large files whole offers one each
-// time it finishes one.
+// most offerQueue: enough for a copy beside each file a job's data loader
+// workers read at once (a copy trailing its reader mostly waits).
 const (
-	offerWorkers = 2
+	offerWorkers = 16
 	offerQueue   = 64
 )
 
@@ -381,13 +385,14 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	return e, nil
 }
 
-// Offer asks for a copy of obj, made in the background from the Opener, if
-// none is held or being made, Options.Ready says it can be, and it fits the
-// budget beside the copies held without removing one: an epoch over a
-// dataset larger than the budget would otherwise remove each copy before
-// its next use, and write the dataset again every epoch. An offer the
-// workers have no room for in their queue is dropped (the caller offers
-// the file again the next time it is read). It never blocks.
+// Offer asks for a copy of obj, made in the background from
+// Options.Offered, if none is held or being made and it fits the budget
+// beside the copies held without removing one: an epoch over a dataset
+// larger than the budget would otherwise remove each copy before its next
+// use, and write the dataset again every epoch. An offer the workers have
+// no room for in their queue is dropped, and so is a copy whose source
+// fails (the caller offers the file again the next time it is opened). It
+// never blocks.
 func (c *Copies) Offer(obj store.Object) {
 	key := versionKey(obj)
 	c.mu.Lock()
@@ -419,10 +424,6 @@ func (c *Copies) offerWorker() {
 		case <-c.ctx.Done():
 			return
 		case o := <-c.offers:
-			if c.opts.Ready != nil && !c.opts.Ready(o.obj) {
-				c.drop(o.e)
-				continue
-			}
 			c.wg.Add(1)
 			c.stats.Inflight.Add(1)
 			c.make(o.e, o.obj, false)
@@ -498,6 +499,13 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	var path string
 	var sum uint64
 	var err error
+	c.mu.Lock()
+	offered := e.offered
+	c.mu.Unlock()
+	src := c.src
+	if offered && c.opts.Offered != nil {
+		src = c.opts.Offered
+	}
 	if check {
 		c.mu.Lock()
 		want := e.sum
@@ -515,7 +523,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	}
 	fresh := path == ""
 	if fresh {
-		path, sum, err = c.write(obj)
+		path, sum, err = c.write(src, obj)
 		if err == nil && c.opts.Made != nil {
 			c.opts.Made(obj)
 		}
@@ -523,9 +531,16 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.stats.Failed.Add(1)
+		unread := offered && errors.Is(err, errRead) // most likely not read whole by the job: no failure
+		if unread {
+			c.stats.Dropped.Add(1)
+		} else {
+			c.stats.Failed.Add(1)
+		}
 		switch {
 		case c.ctx.Err() != nil: // closing
+		case unread:
+			c.log.Debug("local copy not made after a read", "key", obj.Key, "err", err)
 		case c.warned.CompareAndSwap(false, true):
 			c.log.Warn("local copy not made; the file is read through the mount (further failures are logged at debug level)", "key", obj.Key, "err", err)
 		default:
@@ -581,7 +596,7 @@ func (c *Copies) buf() *[]byte {
 
 // write copies obj into a temporary file and renames it into place; it
 // returns the path and the bytes' xxhash64.
-func (c *Copies) write(obj store.Object) (string, uint64, error) {
+func (c *Copies) write(src Opener, obj store.Object) (string, uint64, error) {
 	name := fileName(obj.Key, obj.ETag)
 	tmp := filepath.Join(c.dir, "tmp-"+strconv.FormatInt(c.seq.Add(1), 10))
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -595,7 +610,7 @@ func (c *Copies) write(obj store.Object) (string, uint64, error) {
 			os.Remove(tmp)
 		}
 	}()
-	r := c.src.Open(obj)
+	r := src.Open(obj)
 	defer r.Close()
 	bp := c.buf()
 	defer c.bufs.Put(bp)
@@ -626,10 +641,10 @@ func (c *Copies) write(obj store.Object) (string, uint64, error) {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: %d of %d bytes", store.ErrChanged, off, obj.Size)
 			}
-			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, err)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w: %w", obj.Key, off, errRead, err)
 		}
 		if len(data) == 0 && err == nil {
-			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, io.ErrNoProgress)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w: %w", obj.Key, off, errRead, io.ErrNoProgress)
 		}
 	}
 	if err := f.Close(); err != nil {

@@ -371,31 +371,30 @@ func TestKeptForTheNextCopies(t *testing.T) {
 }
 
 // With HeldOnly, Acquire never makes a copy or waits for one: copies come
-// from Offer, in the background, when Ready says the source has the bytes
-// and the budget has room without removing a copy held.
+// from Offer, in the background, read from Offered, when the budget has
+// room without removing a copy held; one whose source fails (a file the job
+// did not read whole) is dropped, not failed.
 func TestOffer(t *testing.T) {
 	a, b, d := payload(1000, 1), payload(1000, 2), payload(1500, 3)
 	for _, tc := range []struct {
 		name    string
 		budget  int64
-		ready   map[string]bool // nil: every offer is ready
+		unread  map[string]bool // the job did not read these whole: the offered source fails
 		offers  []string
 		made    []string // copies held afterwards
 		dropped int64
 	}{
 		{name: "made", budget: 5000, offers: []string{"a", "b"}, made: []string{"a", "b"}},
 		{name: "offered twice, made once", budget: 5000, offers: []string{"a", "a", "a"}, made: []string{"a"}},
-		{name: "not ready", budget: 5000, ready: map[string]bool{"b": true}, offers: []string{"a", "b"}, made: []string{"b"}, dropped: 1},
+		{name: "not read whole", budget: 5000, unread: map[string]bool{"a": true}, offers: []string{"a", "b"}, made: []string{"b"}, dropped: 1},
 		{name: "no room without removing a copy", budget: 2000, offers: []string{"a", "b", "d"}, made: []string{"a", "b"}, dropped: 1},
 		{name: "larger than the budget", budget: 1200, offers: []string{"d", "a"}, made: []string{"a"}, dropped: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &memOpener{data: map[string][]byte{"a": a, "b": b, "d": d}}
 			stats := &Stats{}
-			opts := Options{Budget: tc.budget, Chunk: 300, HeldOnly: true, Stats: stats}
-			if tc.ready != nil {
-				opts.Ready = func(o store.Object) bool { return tc.ready[o.Key] }
-			}
+			offered := &memOpener{data: m.data, fail: tc.unread}
+			opts := Options{Budget: tc.budget, Chunk: 300, HeldOnly: true, Offered: offered, Stats: stats}
 			c, err := New(filepath.Join(t.TempDir(), "copies"), m, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -429,6 +428,9 @@ func TestOffer(t *testing.T) {
 					t.Errorf("no copy of %s held", k)
 				}
 				acquire(t, c, obj(k, m.data[k]), m.data[k])()
+			}
+			if got := m.opens.Load(); got != 0 {
+				t.Errorf("%d opens of the Opener, want none: offered copies read from Offered", got)
 			}
 			if got := stats.Made.Load(); got != int64(len(tc.made)) {
 				t.Errorf("made %d copies, want %d", got, len(tc.made))

@@ -368,7 +368,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
 		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
 			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Made: loader.Forget,
-			HeldOnly: !f.copyAtOpen, Ready: loader.Cached, Logger: logger, Stats: &stats.copies})
+			HeldOnly: !f.copyAtOpen, Offered: trailSource{loader}, Logger: logger, Stats: &stats.copies})
 		if err != nil {
 			return err
 		}
@@ -509,6 +509,17 @@ func copiesSource(f mountFlags, p mountPlan) string {
 type copySource struct{ l *prefetch.Loader }
 
 func (s copySource) Open(obj store.Object) localcopy.Reader { return s.l.Open(obj) }
+
+// trailSource makes the copies of files the job reads through the mount
+// from the blocks its reads fetch, never fetching itself: a copy whose
+// next block no read brings within copyStall is given up (the job read
+// part of the file, or paused for that long), and the file is offered
+// again at its next open.
+type trailSource struct{ l *prefetch.Loader }
+
+const copyStall = 10 * time.Second
+
+func (s trailSource) Open(obj store.Object) localcopy.Reader { return s.l.OpenTrailing(obj, copyStall) }
 
 // openCache builds the RAM and disk tiers the flags ask for; it returns the
 // RAM tier apart too (nil when off), for the loader to reserve room in.
