@@ -3,7 +3,6 @@ package fuse
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -25,17 +24,14 @@ type LocalCopies interface {
 	Acquire(ctx context.Context, obj store.Object) (f *os.File, release func(), err error)
 	// Has reports whether a whole copy of obj is held now.
 	Has(obj store.Object) bool
-	// Offer asks for a copy of obj, made in the background as the job
-	// reads obj through the mount (it was just opened so).
-	Offer(obj store.Object)
 }
 
 // Passthrough: a file of at least Config.PassthroughMinSize is read by the
 // kernel from a whole local copy of it (FUSE passthrough, Linux 6.9+): at
 // the speed of the local disk's page cache, large folios and all, with no
-// request to this process. Its open takes the copy the LocalCopies hold
-// (made after an earlier read, or kept from the last mount), or waits for
-// one, as the LocalCopies decide.
+// request to this process. Its open waits for the copy, made from the
+// loader's blocks (prefetched ahead of the job, or fetched then), or for the
+// check of one kept from the last mount.
 //
 // It costs an OPEN (and a RELEASE) per file: the kernel sends them to a
 // file system that answers OPEN at all, and it is told so, or told never
@@ -229,20 +225,11 @@ func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 
 // openAnswered opens n on a mount that answers OPEN. A read through this
 // process keeps the page cache (FOPEN_KEEP_CACHE), as it does when opens
-// are not answered. Such an open of a large file offers it for a copy,
-// which follows the job's read of it (LocalCopies.Offer): the next open
-// finds it whole if the job read the file whole.
+// are not answered.
 func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, syscall.Errno) {
 	o := &n.opens
-	offer := false
-	defer func() { // after o.mu is let go
-		if offer {
-			n.fsys.cfg.Copies.Offer(n.obj)
-		}
-	}()
 	cached := func() (gofs.FileHandle, uint32, syscall.Errno) {
 		o.cached++
-		offer = n.fsys.passthroughFor(n.obj)
 		return &openHandle{n: n}, gofuse.FOPEN_KEEP_CACHE, 0
 	}
 	// ptOpen opens from the copy, unless passthrough turned off since this
@@ -281,7 +268,7 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, syscall.EINTR
 	case err != nil:
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, fs.ErrNotExist) { // none held yet (made after a read)
+		if !errors.Is(err, context.Canceled) {
 			n.fsys.log.Debug("no local copy; the file is read through the mount", "key", n.obj.Key, "err", err)
 		}
 		return cached()

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -57,13 +56,6 @@ type Opener interface {
 // ErrNoRoom: the copy would not fit the budget beside the copies in use.
 var ErrNoRoom = errors.New("localcopy: no room in the budget")
 
-// errRead marks a copy that failed reading its source, not writing.
-var errRead = errors.New("reading the source")
-
-// ErrNotHeld: with Options.HeldOnly, no copy of the object is held yet. It
-// wraps fs.ErrNotExist, so that a caller need not import this package.
-var ErrNotHeld = fmt.Errorf("localcopy: no copy held: %w", fs.ErrNotExist)
-
 // Stats are the copies' counters.
 type Stats struct {
 	Made     atomic.Int64 // copies made
@@ -75,7 +67,6 @@ type Stats struct {
 	Inflight atomic.Int64 // copies being made or checked now
 	Adopted  atomic.Int64 // copies kept from an earlier Copies, checked intact at their first use
 	Rejected atomic.Int64 // kept copies whose content did not match their hash (made again)
-	Dropped  atomic.Int64 // offers not taken (no room without removing a copy, the workers busy) or not finished (not read whole)
 }
 
 // Options configures Copies.
@@ -89,20 +80,9 @@ type Options struct {
 	Chunk int
 	// Made, if set, is called after a copy of obj is made: the source may
 	// drop what it holds of obj (the copy has every byte).
-	Made func(obj store.Object)
-	// HeldOnly makes Acquire hand out only the copies held: made after an
-	// Offer, or kept from an earlier Copies (checked first). It then never
-	// starts a copy or waits for one being made, so an open never waits for
-	// the store.
-	HeldOnly bool
-	// Offered, if set, reads the bytes of offered copies instead of the
-	// Opener: the prefetch loader's trailing readers, which fetch nothing
-	// and wait for the job's own reads of the file, so that a copy costs no
-	// fetch and is whole when the job has read the file whole, and a job
-	// that reads part of a file leaves its copy unmade.
-	Offered Opener
-	Logger  *slog.Logger
-	Stats   *Stats
+	Made   func(obj store.Object)
+	Logger *slog.Logger
+	Stats  *Stats
 }
 
 // Copies makes and keeps local copies in one directory.
@@ -120,7 +100,6 @@ type Copies struct {
 	seq    atomic.Int64 // names temporary files
 	bufs   sync.Pool    // of *[]byte, Options.Chunk long
 	warned atomic.Bool  // a failed copy was logged at warn level
-	offers chan offer   // offered copies, for the offer workers; sent to under mu
 
 	mu     sync.Mutex
 	byKey  map[string]*entry // guarded by mu: one entry per object version
@@ -142,22 +121,7 @@ type entry struct {
 	pins    int           // guarded by Copies.mu
 	elem    *list.Element // guarded by Copies.mu: in lru while unpinned and made
 	adopted bool          // guarded by Copies.mu: kept from an earlier Copies, not yet checked
-	offered bool          // guarded by Copies.mu: made after an Offer, until done
 }
-
-// offer is one offered copy, registered and waiting for a worker.
-type offer struct {
-	e   *entry
-	obj store.Object
-}
-
-// Offered copies are made by offerWorkers workers, from a queue of at
-// most offerQueue: enough for a copy beside each file a job's data loader
-// workers read at once (a copy trailing its reader mostly waits).
-const (
-	offerWorkers = 16
-	offerQueue   = 64
-)
 
 func versionKey(obj store.Object) string {
 	return obj.Key + "\x00" + obj.ETag + "\x00" + strconv.FormatInt(obj.Size, 10)
@@ -218,14 +182,10 @@ func New(dir string, src Opener, opts Options) (*Copies, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Copies{dir: dir, src: src, opts: opts, log: opts.Logger, stats: opts.Stats,
-		ctx: ctx, stop: stop, byKey: map[string]*entry{}, offers: make(chan offer, offerQueue)}
+		ctx: ctx, stop: stop, byKey: map[string]*entry{}}
 	if err := c.adopt(); err != nil {
 		stop()
 		return nil, err
-	}
-	for range offerWorkers {
-		c.wg.Add(1)
-		go c.offerWorker()
 	}
 	return c, nil
 }
@@ -288,14 +248,8 @@ func (c *Copies) adopt() error {
 // making the copy first if there is none; it waits for a copy being made.
 // The copy stays until release is called (release must be called once).
 // An error means there is no copy: the caller reads obj another way.
-//
-// With Options.HeldOnly it returns ErrNotHeld, at once, when no copy is
-// held (none, or one still being made after an Offer).
 func (c *Copies) Acquire(ctx context.Context, obj store.Object) (*os.File, func(), error) {
 	e, err := c.pin(obj)
-	if errors.Is(err, ErrNotHeld) {
-		return nil, nil, err
-	}
 	if err != nil {
 		c.stats.Failed.Add(1)
 		return nil, nil, err
@@ -340,8 +294,7 @@ func (c *Copies) Has(obj store.Object) bool {
 	}
 }
 
-// pin finds or starts obj's copy and pins it (with Options.HeldOnly, finds
-// a held one or fails with ErrNotHeld).
+// pin finds or starts obj's copy and pins it.
 func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
 	c.mu.Lock()
@@ -349,11 +302,7 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	if c.closed {
 		return nil, errors.New("local copies: closed")
 	}
-	e := c.byKey[key]
-	if c.opts.HeldOnly && (e == nil || e.offered) {
-		return nil, fmt.Errorf("local copy of %s: %w", obj.Key, ErrNotHeld)
-	}
-	if e != nil {
+	if e := c.byKey[key]; e != nil {
 		if e.elem != nil {
 			c.lru.Remove(e.elem)
 			e.elem = nil
@@ -376,70 +325,13 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	if !c.roomLocked(obj.Size) {
 		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
 	}
-	e = &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
+	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
 	c.byKey[key] = e
 	c.used += obj.Size
 	c.wg.Add(1)
 	c.stats.Inflight.Add(1)
 	go c.make(e, obj, false)
 	return e, nil
-}
-
-// Offer asks for a copy of obj, made in the background from
-// Options.Offered, if none is held or being made and it fits the budget
-// beside the copies held without removing one: an epoch over a dataset
-// larger than the budget would otherwise remove each copy before its next
-// use, and write the dataset again every epoch. An offer the workers have
-// no room for in their queue is dropped, and so is a copy whose source
-// fails (the caller offers the file again the next time it is opened). It
-// never blocks.
-func (c *Copies) Offer(obj store.Object) {
-	key := versionKey(obj)
-	c.mu.Lock()
-	if c.closed || c.byKey[key] != nil {
-		c.mu.Unlock()
-		return
-	}
-	if obj.Size <= 0 || c.used+obj.Size > c.opts.Budget {
-		c.mu.Unlock()
-		c.stats.Dropped.Add(1)
-		return
-	}
-	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), offered: true}
-	select {
-	case c.offers <- offer{e, obj}: // under mu: Close drains what was sent before it closed
-		c.byKey[key] = e
-		c.used += obj.Size
-	default:
-		c.stats.Dropped.Add(1)
-	}
-	c.mu.Unlock()
-}
-
-// offerWorker makes offered copies until the Copies close.
-func (c *Copies) offerWorker() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case o := <-c.offers:
-			c.wg.Add(1)
-			c.stats.Inflight.Add(1)
-			c.make(o.e, o.obj, false)
-		}
-	}
-}
-
-// drop forgets an offered copy not made.
-func (c *Copies) drop(e *entry) {
-	c.stats.Dropped.Add(1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.byKey, e.key)
-	c.used -= e.size
-	e.err = ErrNotHeld
-	close(e.done)
 }
 
 // roomLocked removes unpinned copies, least recently used first, until n
@@ -499,13 +391,6 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	var path string
 	var sum uint64
 	var err error
-	c.mu.Lock()
-	offered := e.offered
-	c.mu.Unlock()
-	src := c.src
-	if offered && c.opts.Offered != nil {
-		src = c.opts.Offered
-	}
 	if check {
 		c.mu.Lock()
 		want := e.sum
@@ -523,7 +408,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	}
 	fresh := path == ""
 	if fresh {
-		path, sum, err = c.write(src, obj)
+		path, sum, err = c.write(obj)
 		if err == nil && c.opts.Made != nil {
 			c.opts.Made(obj)
 		}
@@ -531,16 +416,9 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		unread := offered && errors.Is(err, errRead) // most likely not read whole by the job: no failure
-		if unread {
-			c.stats.Dropped.Add(1)
-		} else {
-			c.stats.Failed.Add(1)
-		}
+		c.stats.Failed.Add(1)
 		switch {
 		case c.ctx.Err() != nil: // closing
-		case unread:
-			c.log.Debug("local copy not made after a read", "key", obj.Key, "err", err)
 		case c.warned.CompareAndSwap(false, true):
 			c.log.Warn("local copy not made; the file is read through the mount (further failures are logged at debug level)", "key", obj.Key, "err", err)
 		default:
@@ -552,7 +430,6 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	} else {
 		e.path = path
 		e.sum = sum
-		e.offered = false
 		if fresh {
 			c.stats.Made.Add(1)
 			c.stats.Bytes.Add(e.size)
@@ -596,7 +473,7 @@ func (c *Copies) buf() *[]byte {
 
 // write copies obj into a temporary file and renames it into place; it
 // returns the path and the bytes' xxhash64.
-func (c *Copies) write(src Opener, obj store.Object) (string, uint64, error) {
+func (c *Copies) write(obj store.Object) (string, uint64, error) {
 	name := fileName(obj.Key, obj.ETag)
 	tmp := filepath.Join(c.dir, "tmp-"+strconv.FormatInt(c.seq.Add(1), 10))
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -610,7 +487,7 @@ func (c *Copies) write(src Opener, obj store.Object) (string, uint64, error) {
 			os.Remove(tmp)
 		}
 	}()
-	r := src.Open(obj)
+	r := c.src.Open(obj)
 	defer r.Close()
 	bp := c.buf()
 	defer c.bufs.Put(bp)
@@ -641,10 +518,10 @@ func (c *Copies) write(src Opener, obj store.Object) (string, uint64, error) {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w: %d of %d bytes", store.ErrChanged, off, obj.Size)
 			}
-			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w: %w", obj.Key, off, errRead, err)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, err)
 		}
 		if len(data) == 0 && err == nil {
-			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w: %w", obj.Key, off, errRead, io.ErrNoProgress)
+			return "", 0, fmt.Errorf("local copy of %s: read at %d: %w", obj.Key, off, io.ErrNoProgress)
 		}
 	}
 	if err := f.Close(); err != nil {
@@ -667,9 +544,6 @@ func (c *Copies) Close() error {
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
-	for len(c.offers) > 0 {
-		c.drop((<-c.offers).e)
-	}
 	c.mu.Lock()
 	idx := index{Version: 1, Source: c.opts.Source}
 	listed := map[*entry]bool{}

@@ -94,7 +94,6 @@ func (s *mountStats) metrics() []metric {
 		{"local_copies_inflight", "local copies being made or checked", &lc.Inflight, true},
 		{"local_copies_adopted_total", "local copies kept from the last mount (or dataccel warm) and found intact at first use", &lc.Adopted, false},
 		{"local_copies_rejected_total", "local copies kept from before whose bytes did not match their hash, made again", &lc.Rejected, false},
-		{"local_copies_dropped_total", "files read whole offered for a local copy and not copied: not all in the cache, no room beside the copies held, or the copiers busy", &lc.Dropped, false},
 	}
 }
 

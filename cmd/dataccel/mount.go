@@ -52,7 +52,6 @@ type mountFlags struct {
 	hedge            bool
 	push             bool
 	passthroughMin   string
-	copyAtOpen       bool
 	localCopies      string
 	manifest         string
 	ioTimeout        time.Duration
@@ -87,8 +86,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
 	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
-	fl.StringVar(&f.passthroughMin, "passthrough-min-size", defaultPassthroughMin, "serve files at least this large from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): the epochs after the first read such files as fast as a local disk; a copy is made from the cache once a file has been read whole (a job that reads parts of large files makes none), or kept from `dataccel warm`; it costs each open a round trip, and turns off for good once small files dominate the opens; 0: off")
-	fl.BoolVar(&f.copyAtOpen, "copy-at-open", false, "make the local copy of a --passthrough-min-size file at its first open, which waits for the whole copy (every byte fetched), instead of after the file was read whole through the mount")
+	fl.StringVar(&f.passthroughMin, "passthrough-min-size", "0", "serve files at least this large (e.g. 16MiB) from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): warm epochs of large files as fast as a local disk; each open of such a file waits for its whole copy (every byte fetched), so for jobs that read large files whole; it costs each open a round trip, and turns off for good once small files dominate the opens; 0: off")
 	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
@@ -119,12 +117,6 @@ func newMountCmd(logger *slog.Logger) *cobra.Command {
 	return cmd
 }
 
-// defaultPassthroughMin: large files get local copies unless told
-// otherwise. Made after a file was read whole, from the cache, a copy costs
-// no fetch and no wait; below this size the kernel's page cache of the
-// mount serves a re-read about as fast.
-const defaultPassthroughMin = "16MiB"
-
 // mountPlan is the validated form of the flags.
 type mountPlan struct {
 	bucket, prefix    string
@@ -137,7 +129,6 @@ type mountPlan struct {
 	prefetchInflight  int64
 	blockSize         int64
 	passthroughMin    int64
-	passthroughAsked  bool // --passthrough-min-size not left at its default
 	localCopyBytes    int64
 	crossFile         bool
 	manifestMode      string
@@ -191,7 +182,6 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if p.passthroughMin, err = cache.ParseSize(f.passthroughMin); err != nil || p.passthroughMin < 0 {
 		return p, bad("passthrough-min-size", fmt.Errorf("%q: want a size, or 0 for off", f.passthroughMin))
 	}
-	p.passthroughAsked = f.passthroughMin != defaultPassthroughMin
 	mem := totalMemory()
 	ram := f.ramCacheSize
 	if ram == "" {
@@ -249,7 +239,7 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 			p.minFree = -1 // the cache's "no floor"
 		}
 	}
-	if p.passthroughMin > 0 && p.passthroughAsked && f.cacheDir == "" {
+	if p.passthroughMin > 0 && f.cacheDir == "" {
 		p.warnings = append(p.warnings, "--passthrough-min-size needs --cache-dir for its local copies: every file is read through the mount")
 	}
 	if f.prefetchList != "" {
@@ -368,7 +358,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
 		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
 			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Made: loader.Forget,
-			HeldOnly: !f.copyAtOpen, Offered: trailSource{loader}, Logger: logger, Stats: &stats.copies})
+			Logger: logger, Stats: &stats.copies})
 		if err != nil {
 			return err
 		}
@@ -509,17 +499,6 @@ func copiesSource(f mountFlags, p mountPlan) string {
 type copySource struct{ l *prefetch.Loader }
 
 func (s copySource) Open(obj store.Object) localcopy.Reader { return s.l.Open(obj) }
-
-// trailSource makes the copies of files the job reads through the mount
-// from the blocks its reads fetch, never fetching itself: a copy whose
-// next block no read brings within copyStall is given up (the job read
-// part of the file, or paused for that long), and the file is offered
-// again at its next open.
-type trailSource struct{ l *prefetch.Loader }
-
-const copyStall = 10 * time.Second
-
-func (s trailSource) Open(obj store.Object) localcopy.Reader { return s.l.OpenTrailing(obj, copyStall) }
 
 // openCache builds the RAM and disk tiers the flags ask for; it returns the
 // RAM tier apart too (nil when off), for the loader to reserve room in.

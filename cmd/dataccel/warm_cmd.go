@@ -41,10 +41,10 @@ func newWarmCmd(logger *slog.Logger) *cobra.Command {
 progress bar. Run it again after an interruption: what is cached is skipped. Given a
 directory of a running dataccel mount instead, it reads every file under it through the
 mount, which fills that mount's cache, and reads them again past the page cache (up to
-three passes) while the mount's disk cache drops writes for want of disk speed. Files of
-at least --passthrough-min-size (16 MiB unless told; 0: none) go into whole local copies
-instead of the disk cache, which the next mount with the same flag adopts, where a mount
-could read them (Linux 6.9 or later, root). It exits non-zero and lists what failed.`,
+three passes) while the mount's disk cache drops writes for want of disk speed. With
+--passthrough-min-size, files at least that large go into whole local copies instead of the
+disk cache, which the next mount with the same flag adopts. It exits non-zero and lists what
+failed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{fmt.Errorf("warm takes 1 argument, s3://bucket[/prefix] or a directory of a mount; got %d", len(args))}
@@ -234,11 +234,7 @@ func forCopies(logger *slog.Logger, p mountPlan, objs []store.Object) (copied, r
 		return nil, objs
 	}
 	if why := fuse.PassthroughUnavailable(); why != "" {
-		level := slog.LevelInfo
-		if p.passthroughAsked {
-			level = slog.LevelWarn
-		}
-		logger.Log(context.Background(), level, "no local copies made: a mount here could not use them; every file goes to the disk cache", "why", why)
+		logger.Warn("no local copies made: a mount here could not use them; every file goes to the disk cache", "why", why)
 		return nil, objs
 	}
 	var bytes, skipped int64
