@@ -136,14 +136,7 @@ func TestTieredPeek(t *testing.T) {
 // and a block already on disk stays there.
 func TestTieredForget(t *testing.T) {
 	const size = 64 << 10
-	stats := &Stats{}
-	r, err := NewRAM(4<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
-	tt := NewTiered(r, d)
+	tt, r, d, stats := newTiered(t, 4<<20)
 	onDisk := testKey("disk", 0)
 	d.Put(onDisk, blockFor(onDisk, size))
 	d.Flush()
@@ -175,14 +168,7 @@ func TestTieredForget(t *testing.T) {
 // ristretto applies a Set later (it buffers them), and a block not found
 // would be fetched again.
 func TestTieredPutThenGet(t *testing.T) {
-	stats := &Stats{}
-	r, err := NewRAM(64<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
-	tt := NewTiered(r, d)
+	tt, _, _, _ := newTiered(t, 64<<20)
 	for i := range 5000 {
 		k := testKey("fresh", int64(i))
 		b := blockFor(k, 4<<10)
@@ -194,4 +180,18 @@ func TestTieredPutThenGet(t *testing.T) {
 			t.Fatalf("block %d not served right after its Put (found %v)", i, ok)
 		}
 	}
+}
+
+// newTiered returns a RAM tier of ramBytes over a disk tier of 256 MiB,
+// sharing one Stats.
+func newTiered(t *testing.T, ramBytes int64) (*Tiered, *RAM, *Disk, *Stats) {
+	t.Helper()
+	stats := &Stats{}
+	r, err := NewRAM(ramBytes, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	return NewTiered(r, d), r, d, stats
 }
