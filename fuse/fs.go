@@ -92,7 +92,7 @@ type FS struct {
 	root    *dirNode           // set once by New, before the mount serves
 	walk    *walkAhead         // lists directories ahead of a walker
 	stop    context.CancelFunc // ends the mount's background work (walk's LISTs)
-	pt      atomic.Int32       // passthrough: ptUndecided, then maybe ptOff for good
+	pt      atomic.Int32       // passthrough: ptOn until it turns ptOff for good; ptOff from the start without copies
 	ptOpens ptOpens            // the opens passthrough weighs
 }
 
@@ -155,8 +155,12 @@ func newFS(cfg Config) *FS {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ns := newNamespace(cfg.Store, cfg.MetadataTTL, cfg.Logger)
-	return &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
+	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop}
+	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
+		f.pt.Store(ptOff) // no copies to read: opens never need answering
+	}
+	return f
 }
 
 // Next returns up to n files that follow key in its directory's listing

@@ -44,8 +44,8 @@ type LocalCopies interface {
 // while no file is open from its copy: the kernel refuses to open an inode
 // through the page cache while it is open from a copy.
 const (
-	ptUndecided int32 = iota // opens answered, large files read from copies
-	ptOff                    // opens not answered, for good
+	ptOn  int32 = iota // opens answered, large files read from copies
+	ptOff              // opens not answered, for good
 )
 
 // decideAfter: the opens answered before passthrough may turn off.
@@ -105,7 +105,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 // opensAnswered reports whether this mount answers OPEN (passthrough on),
 // at the open of a file, obj, which it counts.
 func (f *FS) opensAnswered(obj store.Object) bool {
-	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+	if f.pt.Load() == ptOff {
 		return false
 	}
 	p := &f.ptOpens
@@ -124,7 +124,7 @@ func (f *FS) opensAnswered(obj store.Object) bool {
 	if p.ptHandles.Load() > 0 { // a file opened from its copy since
 		return true
 	}
-	if f.pt.CompareAndSwap(ptUndecided, ptOff) {
+	if f.pt.CompareAndSwap(ptOn, ptOff) {
 		f.log.Info("passthrough off for good: small files dominate the opens, which it would cost a round trip each",
 			"opens", opens, "small_files", small, "large_file_bytes", large, "min_bytes", f.cfg.PassthroughMinSize)
 	}
@@ -149,7 +149,7 @@ type ptOpens struct {
 // writes then go straight to the file (FOPEN_DIRECT_IO): its content
 // changes from one read to the next.
 func (f *FS) openControl() (gofs.FileHandle, uint32, syscall.Errno) {
-	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+	if f.pt.Load() == ptOff {
 		return nil, 0, syscall.ENOSYS
 	}
 	return nil, gofuse.FOPEN_DIRECT_IO, 0
@@ -160,7 +160,7 @@ func (f *FS) openControl() (gofs.FileHandle, uint32, syscall.Errno) {
 // reads the copy's (unless the copy finds no room, and the file is read
 // through the mount: its reads are served from the loader's blocks).
 func (f *FS) passthroughFor(obj store.Object) bool {
-	return f.cfg.Copies != nil && f.cfg.PassthroughMinSize > 0 && f.pt.Load() != ptOff && obj.Size >= f.cfg.PassthroughMinSize
+	return f.pt.Load() != ptOff && obj.Size >= f.cfg.PassthroughMinSize
 }
 
 // openHandle is one open of a file on a mount that answers OPEN: through
@@ -287,7 +287,7 @@ func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, s
 // serves (unless passthrough is off): prefetching them would fetch bytes
 // the kernel reads from the copy instead.
 func (f *FS) withoutCopies(order []store.Object) []store.Object {
-	if f.cfg.Copies == nil || f.cfg.PassthroughMinSize <= 0 || f.pt.Load() == ptOff {
+	if f.pt.Load() == ptOff {
 		return order
 	}
 	out := make([]store.Object, 0, len(order))
