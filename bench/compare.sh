@@ -38,6 +38,8 @@
 # the files from a list of paths instead, as a job with an annotation file or a CSV does).
 # A mix other than the default gets its own prefix. DATACCEL_FLAGS: more `dataccel mount` flags for
 # every dataccel mount and `dataccel warm` (e.g. "--passthrough-min-size 16MiB"), named in the summary.
+# Disk: about three times the dataset on OUT's file system above the disk cache's 5% floor, checked
+# before anything is installed or written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -63,6 +65,9 @@ DS=train # the dataset's prefix
 [[ $MEAN_SIZE/$MIN_SIZE/$MAX_SIZE/$CLASSES == 110000/10000/1000000/100 ]] || DS=train-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE-$CLASSES
 [[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
 ((SUBDIRS == 0)) || DS=$DS-s$SUBDIRS
+# Room for the local copy, one dataccel disk cache (each is removed at its unmount) and rclone's.
+. bench/room.sh
+need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
@@ -100,10 +105,10 @@ fi
 # server's files.
 server_warm() { drop_caches; find "$S3_ROOT" -type f -print0 | xargs -0 -P4 -n64 cat >/dev/null; }
 
-DC_PID=
+DC_PID= DC_CACHE=
 start_dataccel() { # MNT CACHE_DIR LOG [extra flags]: mount on a cache dir as it is
   local mnt=$1 cache=$2 log=$3; shift 3
-  mkdir -p "$mnt"
+  mkdir -p "$mnt"; DC_CACHE=$cache
   "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB ${DC_FLAGS[@]+"${DC_FLAGS[@]}"} "$@" "s3://$S3_BUCKET" "$mnt" 2>"$log" &
   DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
   wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$log"
@@ -113,8 +118,9 @@ mount_dataccel() { # MNT CACHE_DIR [extra flags]: mount on an empty cache dir
   rm -rf "$cache"
   start_dataccel "$mnt" "$cache" "$OUT/$(basename "$mnt").log" "$@"
 }
-umount_dataccel() { # MNT
+umount_dataccel() { # MNT: unmount, and remove its cache dir (no phase reads one again)
   kill "$DC_PID"; wait "$DC_PID" 2>/dev/null || true
+  rm -rf "$DC_CACHE"
 }
 mount_peer() { # KIND MNT
   RCLONE_OPTS="--use-server-modtime" "$PEERS/mount-peer.sh" "$1" "$2" >/dev/null
@@ -153,7 +159,6 @@ server_warm
 mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-W"
 "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" >/dev/null
 umount_dataccel "$OUT/mnt-dataccel"
-rm -rf "$OUT/cache-W"
 
 say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk ($REPEATS runs)"
 RSS_KB=0
@@ -194,6 +199,10 @@ for r in $(seq "$REPEATS"); do
   t0=$EPOCHREALTIME
   "$BIN" warm -q --endpoint "$S3_ENDPOINT" --cache-dir "$OUT/cache-F" ${DC_FLAGS[@]+"${DC_FLAGS[@]}"} "s3://$S3_BUCKET/$DS" 2>"$OUT/warm-F.log"
   awk "BEGIN { printf \"%.3f\\n\", $EPOCHREALTIME - $t0 }" >>"$OUT/warm-F.times"
+  if grep -q "cache is full" "$OUT/warm-F.log"; then
+    echo "dataccel warm could not cache the whole dataset in $OUT/cache-F (its disk is at the cache's free-space floor): phase F would time a cold epoch" >&2
+    exit 1
+  fi
   start_dataccel "$OUT/mnt-dataccel" "$OUT/cache-F" "$OUT/mnt-dataccel-F.log"
   "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 --json "$OUT/F-$r.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS"
   umount_dataccel "$OUT/mnt-dataccel"

@@ -217,6 +217,8 @@ func TestCompareScriptRejectsBadMix(t *testing.T) {
 		{"subdirectories not a number", "compare.sh", []string{"SUBDIRS=two"}, "SUBDIRS=two: want a whole number"},
 		{"mount flags with a command in them", "compare.sh", []string{"DATACCEL_FLAGS=--hedge=false $(id)"}, "DATACCEL_FLAGS: $(id): want flags and plain values"},
 		{"random: mean outside the sizes", "randread.sh", []string{"MEAN_SIZE=5"}, "MEAN_SIZE=5 lies outside MIN_SIZE..MAX_SIZE (20000000..80000000)"},
+		{"a mix larger than the disk", "compare.sh", []string{"FILES=1000000000", "MEAN_SIZE=1000000"}, "not enough disk at"},
+		{"random: records larger than the disk", "randread.sh", []string{"FILES=1000000000"}, "not enough disk at"},
 		{"random: no runs", "randread.sh", []string{"RUNS=0"}, "RUNS=0: want a whole number > 0"},
 		{"random: read size", "randread.sh", []string{"BS=64kb"}, "BS=64kb: want a size such as 4k or 64k"},
 		{"random: direct", "randread.sh", []string{"DIRECT=yes"}, "DIRECT=yes: want 0 or 1"},

@@ -34,6 +34,9 @@ for v in RAM_SMALL DISK_SMALL; do
 done
 ((MIN_SIZE <= MEAN_SIZE && MEAN_SIZE <= MAX_SIZE)) ||
   { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE)" >&2; exit 2; }
+# Room for the local copy, dataccel's disk cache and rclone's.
+. bench/room.sh
+need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
 [[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
 DS=records-$FILES-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE
 [[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
