@@ -734,3 +734,50 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 		t.Errorf("copies after cache purge: %v", err)
 	}
 }
+
+// TestWarmIntoFullCache: a warm the disk cache cannot take whole says how
+// much it left out and which bound stopped it; one that cached nothing
+// fails, whether the cache's own bound or the file system's free space
+// (another program's files) is what ran out.
+func TestWarmIntoFullCache(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "full/", 40, 32<<10) // 16-48 KiB each
+	var total int64
+	for _, b := range files {
+		total += int64(len(b))
+	}
+	for _, tc := range []struct {
+		name    string
+		flags   []string
+		fails   bool
+		wantMsg string
+	}{
+		{"the bound holds about half", []string{"--cache-size", fmt.Sprint(total / 2)}, false, "part of the dataset was not cached"},
+		{"the bound holds no block", []string{"--cache-size", "8KiB"}, true, "warm cached none of the 40 objects"},
+		// A floor over the free space: the disk already full of other files.
+		{"the free space is under the floor", []string{"--cache-min-free", "99%"}, true, "above the --cache-min-free floor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cacheDir := t.TempDir()
+			cmd := exec.Command(bin, append([]string{"warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir,
+				"s3://" + st.Bucket() + "/full"}, tc.flags...)...)
+			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+			out, err := cmd.CombinedOutput()
+			if (err != nil) != tc.fails || !strings.Contains(string(out), tc.wantMsg) {
+				t.Fatalf("warm %v: %v (want failure: %v), want %q in:\n%s", tc.flags, err, tc.fails, tc.wantMsg, out)
+			}
+			n, err := countBlocks(cacheDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.fails && n != 0 || !tc.fails && (n == 0 || n == len(files)) {
+				t.Fatalf("%d of %d files cached", n, len(files))
+			}
+			if !tc.fails {
+				if missing := logInt(t, string(out), "objects_not_cached"); missing != int64(len(files)-n) {
+					t.Errorf("warm says %d objects not cached, the cache holds %d of %d", missing, n, len(files))
+				}
+			}
+		})
+	}
+}

@@ -305,3 +305,24 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestHumanBytes(t *testing.T) {
+	for _, c := range []struct {
+		n          int64
+		want, flag string
+	}{
+		{0, "0B", "off"},
+		{1000, "1000B", "1000B"},
+		{8 << 10, "8.0KiB", "8.0KiB"},
+		{638976, "624.0KiB", "624.0KiB"},
+		{3 << 19, "1.5MiB", "1.5MiB"},
+		{1 << 30, "1.0GiB", "1.0GiB"},
+	} {
+		if got := humanBytes(c.n); got != c.want {
+			t.Errorf("humanBytes(%d) = %q, want %q", c.n, got, c.want)
+		}
+		if got := sizeOrOff(c.n); got != c.flag {
+			t.Errorf("sizeOrOff(%d) = %q, want %q", c.n, got, c.flag)
+		}
+	}
+}

@@ -409,7 +409,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		loader.SetPageCache(m.FS)
 	}
 	logger.Info("mounted", "source", source, "mountpoint", m.Dir,
-		"ram_cache", humanBytes(p.ramBytes), "disk_cache", humanBytes(p.cacheBytes), "prefetch", f.prefetch)
+		"ram_cache", sizeOrOff(p.ramBytes), "disk_cache", sizeOrOff(p.cacheBytes), "prefetch", f.prefetch)
 
 	// Background work owned by this mount: cancelled before unmounting.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -646,15 +646,26 @@ func shortHash(s string) string {
 	return hex.EncodeToString(h[:8])
 }
 
+// humanBytes is n bytes for people, in B, KiB, MiB or GiB.
 func humanBytes(n int64) string {
 	switch {
-	case n <= 0:
-		return "off"
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
 	default:
-		return fmt.Sprintf("%.0fMiB", float64(n)/(1<<20))
+		return fmt.Sprintf("%dB", n)
 	}
+}
+
+// sizeOrOff is a cache bound for people: "off" when there is none.
+func sizeOrOff(n int64) string {
+	if n <= 0 {
+		return "off"
+	}
+	return humanBytes(n)
 }
 
 // servePprof serves Go's profiles on addr (none when empty) for the life of

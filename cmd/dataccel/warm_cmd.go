@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -211,11 +212,13 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
 		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
 		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
-	if s.DiskRejected > 0 {
-		logger.Warn("the cache is full: part of the dataset was not cached", "blocks_not_admitted", s.DiskRejected)
-	}
 	if werr != nil {
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
+	}
+	if s.DiskRejected > 0 {
+		if err := reportFull(logger, f.mount.cacheDir, p, s.DiskBytes, objs, notCached(loader, objs, failed)); err != nil {
+			return err
+		}
 	}
 	if err := reportFailures(failed, "objects"); err != nil {
 		return err
@@ -223,6 +226,36 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if len(copied) > 0 {
 		return warmCopies(ctx, logger, f, p, st, budget, copied)
 	}
+	return nil
+}
+
+// reportFull says how much of objs the full disk cache could not take and
+// which bound stopped it: the cache's --cache-size, or the free space of its
+// file system down to --cache-min-free (space other files took). A warm
+// that cached none of them fails: the job it prepares would read them all
+// from the store; one that cached part warns, as a dataset larger than the
+// cache can only be warmed in part.
+func reportFull(logger *slog.Logger, dir string, p mountPlan, cacheBytes int64, objs, missing []store.Object) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	var missingBytes int64
+	for _, o := range missing {
+		missingBytes += o.Size
+	}
+	why := fmt.Sprintf("the disk cache at %s holds %s of its --cache-size %s", dir, humanBytes(cacheBytes), humanBytes(p.cacheBytes))
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &sfs); err == nil {
+		free := int64(sfs.Bavail) * int64(sfs.Bsize)
+		floor := int64(max(p.minFree, 0) * float64(sfs.Blocks) * float64(sfs.Bsize))
+		why += fmt.Sprintf("; its file system has %s free, %s above the --cache-min-free floor of %s",
+			humanBytes(free), humanBytes(max(free-floor, 0)), humanBytes(floor))
+	}
+	if len(missing) == len(objs) {
+		return fmt.Errorf("warm cached none of the %d objects (%s): %s", len(objs), humanBytes(missingBytes), why)
+	}
+	logger.Warn("the cache is full: part of the dataset was not cached", "objects_not_cached", len(missing),
+		"bytes_not_cached", missingBytes, "objects", len(objs), "why", why)
 	return nil
 }
 
