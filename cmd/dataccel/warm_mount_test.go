@@ -184,7 +184,8 @@ func TestWarmThroughMount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warm: %v\n%s", err, out)
 	}
-	if strings.Contains(string(out), "not a dataccel mount") || !strings.Contains(string(out), "warm done") {
+	if strings.Contains(string(out), "not a dataccel mount") || !strings.Contains(string(out), "warm done") ||
+		strings.Contains(string(out), "disk cache is full") {
 		t.Fatalf("warm output:\n%s", out)
 	}
 	// A read past the page cache reaches the mount (served from its disk
@@ -214,5 +215,22 @@ func TestWarmThroughMount(t *testing.T) {
 	}
 	if got := findMountStats(t.TempDir()); got != "" {
 		t.Fatalf("findMountStats of a plain directory = %q", got)
+	}
+}
+
+// TestWarmThroughFullMount: warm through a mount whose disk cache has no
+// room (a file system other files filled to its --cache-min-free floor)
+// says so: the files are read, and not kept.
+func TestWarmThroughFullMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "wf/", 20, 20<<10)
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--cache-dir", t.TempDir(), "--ram-cache-size", "0",
+		"--cache-min-free", "99%", "s3://"+st.Bucket())
+	out, err := exec.Command(bin, "warm", "-q", filepath.Join(m.dir, "wf")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "the mount's disk cache is full") {
+		t.Fatalf("warm: %v, want a warning that the disk cache is full:\n%s", err, out)
+	}
+	if n := logInt(t, string(out), "writes_refused"); n < 1 {
+		t.Errorf("warm says %d disk cache writes refused, want some:\n%s", n, out)
 	}
 }
