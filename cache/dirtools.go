@@ -301,3 +301,15 @@ func segmentPaths(segDir string) ([]string, error) {
 	}
 	return paths, err
 }
+
+// FreeSpace returns the bytes free to unprivileged writers on the file
+// system that holds dir, and the floor a disk cache with MinFreeFraction
+// minFree keeps free there (0 for none): the cache admits only what free
+// holds above floor.
+func FreeSpace(dir string, minFree float64) (free, floor int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), int64(max(minFree, 0) * float64(st.Blocks) * float64(st.Bsize)), nil
+}

@@ -810,13 +810,12 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.mu.Lock()
 		appended0 = d.appended
 		d.mu.Unlock()
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(d.dir, &st); err != nil {
+		free, floor, err := FreeSpace(d.dir, d.minFree)
+		if err != nil {
 			d.fail("statfs", err)
 			return
 		}
-		avail = int64(st.Bavail) * int64(st.Bsize)
-		avail -= int64(d.minFree * float64(st.Blocks) * float64(st.Bsize))
+		avail = free - floor
 	}
 	var recs []record
 	var chunks []chunk

@@ -136,7 +136,13 @@ func (r *running) unmount(t *testing.T) {
 // stats reads the mount's counters from .dataccel/stats.
 func (r *running) stats(t *testing.T) map[string]int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(r.dir, ".dataccel", "stats"))
+	return readMountStats(t, r.dir)
+}
+
+// readMountStats reads the counters of the mount at dir from .dataccel/stats.
+func readMountStats(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, ".dataccel", "stats"))
 	if err != nil {
 		t.Fatal(err)
 	}

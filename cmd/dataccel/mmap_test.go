@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -55,15 +54,7 @@ func TestMmapAndSendfileThroughMount(t *testing.T) {
 				return
 			}
 			time.Sleep(2 * statsFreshness) // the counters are a snapshot
-			b, err := os.ReadFile(filepath.Join(dir, ".dataccel", "stats"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stats map[string]int64
-			if err := json.Unmarshal(b, &stats); err != nil {
-				t.Fatal(err)
-			}
-			if got := stats[tc.counter]; got < int64(len(files)) {
+			if got := readMountStats(t, dir)[tc.counter]; got < int64(len(files)) {
 				t.Errorf("%s = %d after reading %d files: not read the way this case tests", tc.counter, got, len(files))
 			}
 		})

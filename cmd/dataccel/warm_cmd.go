@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -244,10 +243,7 @@ func reportFull(logger *slog.Logger, dir string, p mountPlan, cacheBytes int64, 
 		missingBytes += o.Size
 	}
 	why := fmt.Sprintf("the disk cache at %s holds %s of its --cache-size %s", dir, humanBytes(cacheBytes), humanBytes(p.cacheBytes))
-	var sfs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &sfs); err == nil {
-		free := int64(sfs.Bavail) * int64(sfs.Bsize)
-		floor := int64(max(p.minFree, 0) * float64(sfs.Blocks) * float64(sfs.Bsize))
+	if free, floor, err := cache.FreeSpace(dir, p.minFree); err == nil {
 		why += fmt.Sprintf("; its file system has %s free, %s above the --cache-min-free floor of %s",
 			humanBytes(free), humanBytes(max(free-floor, 0)), humanBytes(floor))
 	}

@@ -115,8 +115,8 @@ func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string
 // most warmMountPasses times in all.
 func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 	start := time.Now()
-	dropped, counted := w.counter("cache_disk_dropped_total")
-	rejected, _ := w.counter("cache_disk_rejected_total")
+	before := w.counters()
+	dropped, counted := before["cache_disk_dropped_total"]
 	var failed []warmFailure // in the first pass: the later ones only add to the cache
 	for pass := 1; ; pass++ {
 		label := "warm"
@@ -142,7 +142,7 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 			return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", ctx.Err())
 		case <-time.After(w.settle):
 		}
-		now, ok := w.counter("cache_disk_dropped_total")
+		now, ok := w.counters()["cache_disk_dropped_total"]
 		if !ok || now <= dropped {
 			break
 		}
@@ -157,11 +157,13 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 		dropped = now
 	}
 	w.logger.Info("warm done", "files", len(files), "took", time.Since(start).Round(time.Millisecond))
-	if now, ok := w.counter("cache_disk_rejected_total"); ok && now > rejected {
-		// Blocks reach the disk cache as the RAM cache gives them up: a
-		// warm the RAM cache holds whole learns of a full disk only later.
-		w.logger.Warn("the mount's disk cache is full (its --cache-size, or its file system down to --cache-min-free): part of the files are not in it",
-			"writes_refused", now-rejected)
+	// Blocks reach the disk cache as the RAM cache gives them up: a warm
+	// the RAM cache holds whole learns of a full disk only later.
+	if was, ok := before["cache_disk_rejected_total"]; ok {
+		if now := w.counters()["cache_disk_rejected_total"]; now > was {
+			w.logger.Warn("the mount's disk cache is full (its --cache-size, or its file system down to --cache-min-free): part of the files are not in it",
+				"writes_refused", now-was)
+		}
 	}
 	return reportFailures(failed, "files")
 }
@@ -212,25 +214,23 @@ func (w mountWarmer) pass(ctx context.Context, files []warmFile, direct bool, ba
 	return failed, ctx.Err()
 }
 
-// counter reads one of the mount's counters (cache_disk_dropped_total: disk
-// cache writes dropped); ok is false when there is no mount to ask or its
-// answer cannot be read.
-func (w mountWarmer) counter(name string) (n int64, ok bool) {
+// counters reads the mount's counters: nil when there is no mount to ask
+// or its answer cannot be read (a read of the nil map finds nothing).
+func (w mountWarmer) counters() map[string]int64 {
 	if w.stats == "" {
-		return 0, false
+		return nil
 	}
 	b, err := os.ReadFile(w.stats)
 	if err != nil {
 		w.logger.Warn("cannot read the mount's counters", "err", err)
-		return 0, false
+		return nil
 	}
 	var counters map[string]int64
 	if err := json.Unmarshal(b, &counters); err != nil {
 		w.logger.Warn("cannot read the mount's counters", "file", w.stats, "err", err)
-		return 0, false
+		return nil
 	}
-	n, ok = counters[name]
-	return n, ok
+	return counters
 }
 
 // findMountStats returns the .dataccel/stats file of the dataccel mount
