@@ -29,7 +29,7 @@
 # Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, every run
 # under runs_s, the targets) and $OUT/summary.html, and prints the table and each target met or missed
 # (`dataccel bench compare-report`).
-# Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (../shared/peers);
+# Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (shared/peers beside the checkout or a directory above it);
 # other file mixes and orders: MEAN_SIZE (110000; within MIN_SIZE..MAX_SIZE), MIN_SIZE (10000), MAX_SIZE (1000000), CLASSES (100),
 # SUBDIRS (0; N splits each class directory into N subdirectories, a tree two levels deep),
 # ORDER (shuffle, or dir) for phases A and B, BATCH (32; 1 for large files such as shards, read one
@@ -43,7 +43,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
+. bench/peers.sh
+PEERS=$(find_peers "$ROOT")
 FILES=${FILES:-5000} RTT_MS=${RTT_MS:-10} READERS=${READERS:-16} OUT=${OUT:-$ROOT/.compare}
 MEAN_SIZE=${MEAN_SIZE:-110000} MIN_SIZE=${MIN_SIZE:-10000} MAX_SIZE=${MAX_SIZE:-1000000} CLASSES=${CLASSES:-100} SUBDIRS=${SUBDIRS:-0}
 ORDER=${ORDER:-shuffle} BATCH=${BATCH:-32} REPEATS=${REPEATS:-3} CONTENT=${CONTENT:-jpeg} WALK=${WALK:-1}
@@ -68,7 +69,7 @@ DS=train # the dataset's prefix
 # Room for the local copy, one dataccel disk cache (each is removed at its unmount) and rclone's.
 . bench/room.sh
 need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
-[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
+[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS: set PEERS_DIR to the directory that holds install.sh, s3-up.sh and mount-peer.sh (shared/peers)" >&2; exit 1; }
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
 . bench/lib.sh

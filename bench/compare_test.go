@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,5 +238,83 @@ func TestCompareScriptRejectsBadMix(t *testing.T) {
 				t.Errorf("%s created its output directory for a rejected mix", c.script)
 			}
 		})
+	}
+}
+
+// TestScriptsFindPeers runs the comparison scripts from a checkout placed
+// below the directory that holds shared/peers, as a reviewer's clone may be,
+// with stub peer scripts whose install.sh says which copy ran and stops the
+// run there.
+func TestScriptsFindPeers(t *testing.T) {
+	stubPeers := func(t *testing.T, dir string, code int) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		install := fmt.Sprintf("#!/bin/sh\necho \"stub install ran: %s\"\nexit %d\n", dir, code)
+		if err := os.WriteFile(filepath.Join(dir, "install.sh"), []byte(install), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "lib.sh"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkout := func(t *testing.T, root string) string {
+		t.Helper()
+		repo := filepath.Join(root, "work", "review", "dataccel")
+		if err := os.MkdirAll(filepath.Join(repo, "bench"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"compare.sh", "randread.sh", "room.sh", "peers.sh", "lib.sh"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(repo, "bench", f), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return repo
+	}
+	for _, c := range []struct {
+		name     string
+		peers    string // where stub peers go, relative to the temporary root; "" for none
+		peersDir bool   // PEERS_DIR points at them instead of leaving them to be found
+		wantCode int
+		wantMsg  string
+	}{
+		{"shared two levels above the checkout", "work/shared/peers", false, 3, "stub install ran: "},
+		{"shared beside the checkout", "work/review/shared/peers", false, 3, "stub install ran: "},
+		{"PEERS_DIR", "elsewhere/peers", true, 3, "stub install ran: "},
+		{"no peers anywhere", "", false, 1, "peer scripts not found at "},
+	} {
+		for _, script := range []string{"compare.sh", "randread.sh"} {
+			t.Run(c.name+"/"+script, func(t *testing.T) {
+				root := t.TempDir()
+				repo := checkout(t, root)
+				env := []string{"FILES=4", "OUT=" + filepath.Join(root, "out")}
+				if c.peers != "" {
+					stubPeers(t, filepath.Join(root, c.peers), c.wantCode)
+					if c.peersDir {
+						env = append(env, "PEERS_DIR="+filepath.Join(root, c.peers))
+					}
+				}
+				cmd := exec.Command("bash", filepath.Join(repo, "bench", script))
+				for _, kv := range os.Environ() {
+					if !strings.HasPrefix(kv, "PEERS_DIR=") {
+						cmd.Env = append(cmd.Env, kv)
+					}
+				}
+				cmd.Env = append(cmd.Env, env...)
+				out, err := cmd.CombinedOutput()
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != c.wantCode || !strings.Contains(string(out), c.wantMsg) {
+					t.Fatalf("%s: %v, want exit %d saying %q; output:\n%s", script, err, c.wantCode, c.wantMsg, out)
+				}
+				if c.peers != "" && !strings.Contains(string(out), filepath.Join(root, c.peers)) {
+					t.Errorf("%s ran other peer scripts than %s; output:\n%s", script, c.peers, out)
+				}
+			})
+		}
 	}
 }

@@ -14,11 +14,12 @@
 # Env: FILES (48), MEAN_SIZE (40000000), MIN_SIZE (20000000), MAX_SIZE (80000000), BS (64k),
 # JOBS (16), DURATION (15, seconds), RUNS (2), DIRECT (1), RAM_SMALL (256MiB), DISK_SMALL (512MiB), RTT_MS (10),
 # CONTENT (jpeg: incompressible; text: JSON lines, which the disk cache compresses),
-# OUT (./.compare-rand), PEERS_DIR (../shared/peers).
+# OUT (./.compare-rand), PEERS_DIR (shared/peers beside the checkout or a directory above it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PEERS=${PEERS_DIR:-$ROOT/../shared/peers}
+. bench/peers.sh
+PEERS=$(find_peers "$ROOT")
 FILES=${FILES:-48} MEAN_SIZE=${MEAN_SIZE:-40000000} MIN_SIZE=${MIN_SIZE:-20000000} MAX_SIZE=${MAX_SIZE:-80000000}
 BS=${BS:-64k} JOBS=${JOBS:-16} DURATION=${DURATION:-15} RUNS=${RUNS:-2} DIRECT=${DIRECT:-1}
 RAM_SMALL=${RAM_SMALL:-256MiB} DISK_SMALL=${DISK_SMALL:-512MiB} RTT_MS=${RTT_MS:-10} OUT=${OUT:-$ROOT/.compare-rand}
@@ -37,7 +38,7 @@ done
 # Room for the local copy, dataccel's disk cache and rclone's.
 . bench/room.sh
 need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
-[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS (set PEERS_DIR)" >&2; exit 1; }
+[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS: set PEERS_DIR to the directory that holds install.sh, s3-up.sh and mount-peer.sh (shared/peers)" >&2; exit 1; }
 DS=records-$FILES-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE
 [[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
 BIN=$ROOT/bin/dataccel

@@ -1,4 +1,4 @@
-// Command dataccel is the one binary: mount, bench, score, cache, version.
+// Command dataccel is the one binary: mount, warm, bench, score, cache, webhook, version.
 // It wires the concrete types together; flags, environment and logging are
 // read here and nowhere else.
 package main
