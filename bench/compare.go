@@ -48,8 +48,38 @@ type CompareSummary struct {
 	FreshMemory   map[string]float64              `json:"host_fresh_memory_s_per_gib"` // start, before_b, end
 	// DAMONPageout: the host pages out page cache it finds idle (DAMON),
 	// which leaves holes for the warm re-reads to refill.
-	DAMONPageout bool     `json:"host_damon_pageout"`
-	Targets      []Target `json:"targets"`
+	DAMONPageout bool `json:"host_damon_pageout"`
+	// Loader is phase G, absent from summaries older than it.
+	Loader  *LoaderPhase `json:"loader,omitempty"`
+	Targets []Target     `json:"targets"`
+}
+
+// LoaderPhase is phase G of compare.sh: a training job's loader (workers
+// that each load whole batches, as PyTorch's DataLoader workers do) with
+// the compute of a profile between steps, one cold epoch then one warm,
+// one run per path.
+type LoaderPhase struct {
+	Workers  int     `json:"workers"`
+	Batch    int     `json:"batch"`
+	Profile  string  `json:"profile"`
+	ComputeS float64 `json:"compute_s"` // an epoch's compute, which no loader can beat
+	// Epochs: path (dataccel, dataccel_announced, rclone, direct) -> "cold"
+	// and "warm".
+	Epochs map[string]map[string]LoaderEpoch `json:"epochs"`
+}
+
+// LoaderEpoch is one epoch of phase G.
+type LoaderEpoch struct {
+	WallS float64 `json:"wall_s"`
+	// AU is the accelerator utilisation after the first step (MLPerf
+	// Storage's); FirstBatchS is the wait before that step.
+	AU          float64 `json:"au"`
+	FirstBatchS float64 `json:"first_batch_s"`
+}
+
+// loaderPaths are phase G's paths in the order shown, with their names.
+var loaderPaths = []struct{ key, name string }{
+	{"dataccel", "dataccel"}, {"dataccel_announced", "dataccel announced"}, {"rclone", "rclone"}, {"direct", "direct GETs"},
 }
 
 // Target is one measure of a comparison and, when it has one, its bound:
@@ -229,6 +259,18 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "4 readers, cold        prefetch off %s (%s)  dir order %s (%s)  announced %s (%s)\n",
 			sec2(m["off"]), rate(m["off"]), sec2(m["dir_order"]), rate(m["dir_order"]), sec2(m["announced"]), rate(m["announced"]))
 	}
+	if g := s.Loader; g != nil {
+		fmt.Fprintf(&b, "training loader        %d workers x batches of %d, %s (%s s of compute an epoch), one run: epoch time, AU after the first step, first batch\n",
+			g.Workers, g.Batch, g.Profile, sec2(g.ComputeS))
+		epoch := func(e LoaderEpoch) string {
+			return fmt.Sprintf("%s s, AU %.0f%%, first %s", sec2(e.WallS), 100*e.AU, fmtSec(e.FirstBatchS))
+		}
+		for _, p := range loaderPaths {
+			if e, ok := g.Epochs[p.key]; ok {
+				fmt.Fprintf(&b, "  %-20s cold %-32s warm %s\n", p.name, epoch(e["cold"]), epoch(e["warm"]))
+			}
+		}
+	}
 	b.WriteString("\n")
 	for _, t := range s.Targets {
 		switch {
@@ -404,6 +446,21 @@ func (s *CompareSummary) timeRows() []hbar {
 	add("warm re-read, Python open()", "python_open_warm", s.PythonOpenWarmS, []string{"dataccel", "local"}, nil)
 	add("listing a 10,000-file directory", "list_10k", s.List10kS, []string{"dataccel", "s3fs", "rclone"}, nil)
 	add("walking the dataset", "walk", s.WalkS, compareRoles, nil)
+	if g := s.Loader; g != nil {
+		for _, which := range []string{"cold", "warm"} {
+			group := fmt.Sprintf("training loader, %s epoch (%s s of compute)", which, sec2(g.ComputeS))
+			for _, p := range loaderPaths {
+				e, ok := g.Epochs[p.key][which]
+				if !ok || e.WallS <= 0 {
+					continue
+				}
+				text := fmt.Sprintf("%s, AU %.0f%%", fmtSec(e.WallS), 100*e.AU)
+				rows = append(rows, hbar{group: group, label: p.name, value: e.WallS, color: roleColor(strings.TrimSuffix(p.key, "_announced")),
+					tip:  fmt.Sprintf("%s, %s: %s s, AU %.1f%%, first batch %s", group, p.name, sec3(e.WallS), 100*e.AU, fmtSec(e.FirstBatchS)),
+					text: text})
+			}
+		}
+	}
 	return rows
 }
 

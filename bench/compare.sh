@@ -13,7 +13,11 @@
 #   F. `dataccel warm` into a fresh cache, then a cold epoch through a fresh mount using it, beside
 #      direct GETs (the issue's "or after warm");
 #   E. dataccel alone with 4 readers: cold epochs with --prefetch off, in directory order,
-#      and in a shuffled order that is announced (the prefetch modes side by side).
+#      and in a shuffled order that is announced (the prefetch modes side by side);
+#   G. a training loader (8 workers that each load whole batches of 100, as PyTorch's DataLoader
+#      workers do, and resnet50-h100's compute between steps), a cold then a warm epoch through
+#      dataccel and rclone, then dataccel with the order announced beside direct GETs (one run):
+#      each epoch's time, accelerator utilisation and wait for the first batch, for reference.
 # Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
 # --use-server-modtime (its best configuration).
 # A, B, C and F run REPEATS times (s3fs only in the first run of A and C: each of its epochs and
@@ -26,7 +30,7 @@
 # memory (dd), and prints it beside the results: a slow spell shows there. It says too whether the
 # host pages out idle page cache (DAMON), which leaves holes for the warm re-reads to refill.
 # B also re-reads with --python-open: files opened as Python's open() opens them (before 3.14).
-# Writes $OUT/{A,B,F,P}-N.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, every run
+# Writes $OUT/{A,B,F,P}-N.json, $OUT/G-{plain,announced}.json, $OUT/report.html (run 1 of A), $OUT/summary.json (medians, every run
 # under runs_s, the targets) and $OUT/summary.html, and prints the table and each target met or missed
 # (`dataccel bench compare-report`).
 # Env: FILES (5000), RTT_MS (10), READERS (16), REPEATS (3), OUT (./.compare), PEERS_DIR (shared/peers beside the checkout or a directory above it);
@@ -246,6 +250,24 @@ for mode in off dir announced; do
   umount_dataccel "$OUT/mnt-dataccel"
 done
 
+# A training job's loader: PyTorch's DataLoader gives each worker a whole batch to load, file by
+# file, and the accelerator computes between steps; one run, as a view of what the GPU sees.
+LOADER_BATCH=$((FILES >= 5000 ? 100 : FILES / 50 > 0 ? FILES / 50 : 1))
+say "G. a training loader: 8 workers x batches of $LOADER_BATCH, resnet50-h100's compute, cold then warm epoch: dataccel, rclone, then dataccel announced, direct GETs (one run)"
+G_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 8 --batch "$LOADER_BATCH" --profile resnet50-h100 --order "$ORDER" --seed 7
+  --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q --epochs 2)
+[[ $WALK == 0 ]] && G_FLAGS+=(--files-from "$OUT/files.tsv")
+server_warm
+mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-G"
+mount_peer rclone-full "$OUT/mnt-rclone"
+"$BIN" bench run "${G_FLAGS[@]}" --json "$OUT/G-plain.json" "$OUT/mnt-dataccel/$DS" "$OUT/mnt-rclone/$DS" >/dev/null
+umount_dataccel "$OUT/mnt-dataccel"
+"$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null
+server_warm
+mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-G"
+"$BIN" bench run "${G_FLAGS[@]}" --announce --json "$OUT/G-announced.json" "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" >/dev/null
+umount_dataccel "$OUT/mnt-dataccel"
+
 fresh_mem
 say "summary"
 json_list() { local IFS=,; echo "[$*]"; } # numbers -> a JSON array
@@ -253,6 +275,7 @@ for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
 jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" --slurpfile p "$OUT/P-runs.tmp" \
   --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
+  --slurpfile gplain "$OUT/G-plain.json" --slurpfile gann "$OUT/G-announced.json" --arg loader_batch "$LOADER_BATCH" \
   --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
@@ -270,6 +293,9 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def medians: with_entries(.value |= with_entries(.value |= median));
   ($eoff[0].paths[0]) as $Eoff | ($edir[0].paths[0]) as $Edir | ($eann[0].paths[0]) as $Eann |
+  # phase G: the cold and warm epochs of a path
+  def loader($p): {cold: 0, warm: 1} | map_values(. as $i | $p.epochs[$i] |
+    {wall_s: (.wall_s + (.announce_s // 0)), au: .au, first_batch_s: .time_to_first_batch_s});
   { cold: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: runs($a; .; 0)}) | from_entries),
     warm: (["dataccel", "s3fs", "rclone", "direct", "local"] | map({key: ., value: runs($a; .; 1)}) | from_entries),
     announced_cold: {dataccel: runs($b; "dataccel"; 0), direct: runs($b; "direct"; 0)},
@@ -289,7 +315,10 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
     host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
-    host_damon_pageout: $damon_pageout }
+    host_damon_pageout: $damon_pageout,
+    loader: {workers: 8, batch: ($loader_batch|tonumber), profile: "resnet50-h100", compute_s: $gplain[0].paths[0].epochs[0].compute_s,
+      epochs: {dataccel: loader($gplain[0].paths[0]), rclone: loader($gplain[0].paths[1]),
+        dataccel_announced: loader($gann[0].paths[0]), direct: loader($gann[0].paths[1])}} }
   # Each measure of the issue, with its bound: min for a ratio that must reach it, max for a
   # figure that must stay under it, none for a measure shown for reference.
   | .targets = [
@@ -305,8 +334,9 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     + if (.walk_s | length) > 0 then [
       {name: "walking the dataset: x the faster peer", value: (([.walk_s.s3fs, .walk_s.rclone]|min) / .walk_s.dataccel)} ] else [] end
     + [
+      {name: "training loader, cold epoch, no announcement: x rclone", value: (.loader.epochs.rclone.cold.wall_s / .loader.epochs.dataccel.cold.wall_s)},
       {name: "peak RSS - RAM cache, MiB", value: (.dataccel_peak_rss_mib - .ram_cache_mib), max: 300},
       {name: "4 readers: announced x prefetch off", value: (.prefetch_modes_4_readers_s.off / .prefetch_modes_4_readers_s.announced), min: 3} ]' > "$OUT/summary.json"
 rm -f "$OUT"/*-runs.tmp
 "$BIN" bench compare-report "$OUT/summary.json" --html "$OUT/summary.html"
-echo; echo "JSON: $OUT/{A,B,F,P}-N.json $OUT/summary.json   HTML: $OUT/summary.html (targets, every phase), $OUT/report.html (phase A, run 1)"
+echo; echo "JSON: $OUT/{A,B,F,P}-N.json $OUT/G-{plain,announced}.json $OUT/summary.json   HTML: $OUT/summary.html (targets, every phase), $OUT/report.html (phase A, run 1)"

@@ -133,6 +133,50 @@ func TestCompareWalk(t *testing.T) {
 	}
 }
 
+// A summary with phase G (newer than the fixture) shows the training
+// loader's epochs, one line per path, and one bar per path and epoch.
+func TestCompareLoader(t *testing.T) {
+	s := readCompareFixture(t)
+	if s.Loader != nil {
+		t.Fatal("the fixture has phase G: this test adds its own")
+	}
+	var before bytes.Buffer
+	if err := s.WriteHTML(&before); err != nil {
+		t.Fatal(err)
+	}
+	e := func(wall, au, first float64) LoaderEpoch { return LoaderEpoch{WallS: wall, AU: au, FirstBatchS: first} }
+	s.Loader = &LoaderPhase{Workers: 8, Batch: 100, Profile: "resnet50-h100", ComputeS: 2.8, Epochs: map[string]map[string]LoaderEpoch{
+		"dataccel":           {"cold": e(4.66, 0.997, 1.844), "warm": e(2.83, 1, 0.011)},
+		"dataccel_announced": {"cold": e(3.42, 0.862, 0.14), "warm": e(2.84, 1, 0.015)},
+		"rclone":             {"cold": e(14.0, 0.232, 2.031), "warm": e(4.2, 0.786, 0.64)},
+		"direct":             {"cold": e(2.94, 1, 0.109), "warm": e(2.93, 1, 0.089)},
+	}}
+	var text, page bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"training loader        8 workers x batches of 100, resnet50-h100 (2.8 s of compute an epoch)",
+		"  dataccel             cold 4.66 s, AU 100%, first 1.84s     warm 2.83 s, AU 100%, first 11ms\n",
+		"  dataccel announced   cold 3.42 s, AU 86%, first 140ms",
+		"  rclone               cold 14 s, AU 23%, first 2.03s",
+		"  direct GETs          cold 2.94 s, AU 100%, first 109ms",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, text.String())
+		}
+	}
+	if got := strings.Count(page.String(), `class="bar"`) - strings.Count(before.String(), `class="bar"`); got != 8 {
+		t.Errorf("%d more bars with the loader, want 8", got)
+	}
+	if !strings.Contains(page.String(), "training loader, cold epoch (2.8 s of compute)") {
+		t.Error("page lacks the loader's cold epochs")
+	}
+}
+
 // The summary says when the host pages out idle page cache (DAMON), and
 // says nothing of it otherwise.
 func TestCompareDAMONPageout(t *testing.T) {
