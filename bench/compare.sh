@@ -18,7 +18,7 @@
 #      workers do, and resnet50-h100's compute between steps), a cold then a warm epoch through
 #      dataccel and rclone, then dataccel with the order announced beside direct GETs (one run):
 #      each epoch's time, accelerator utilisation and wait for the first batch, for reference.
-# Peers come from ../shared/peers (installed if missing): s3fs, rclone mount --vfs-cache-mode full
+# Peers come from shared/peers (PEERS_DIR below; installed if missing): s3fs, rclone mount --vfs-cache-mode full
 # --use-server-modtime (its best configuration).
 # A, B, C and F run REPEATS times (s3fs only in the first run of A and C: each of its epochs and
 # listings takes ten times the others', and its run-to-run spread is small); the table shows each
@@ -73,7 +73,7 @@ DS=train # the dataset's prefix
 # Room for the local copy, one dataccel disk cache (each is removed at its unmount) and rclone's.
 . bench/room.sh
 need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
-[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS: set PEERS_DIR to the directory that holds install.sh, s3-up.sh and mount-peer.sh (shared/peers)" >&2; exit 1; }
+need_peers "$PEERS"
 BIN=$ROOT/bin/dataccel
 mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
 . bench/lib.sh
@@ -275,7 +275,7 @@ for x in A B F P; do jq -s . "$OUT"/$x-[0-9]*.json >"$OUT/$x-runs.tmp"; done
 jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfile f "$OUT/F-runs.tmp" --slurpfile p "$OUT/P-runs.tmp" \
   --argjson warm_s "$(jq -s . "$OUT/warm-F.times")" \
   --slurpfile eoff "$OUT/E-off.json" --slurpfile edir "$OUT/E-dir.json" --slurpfile eann "$OUT/E-announced.json" \
-  --slurpfile gplain "$OUT/G-plain.json" --slurpfile gann "$OUT/G-announced.json" --arg loader_batch "$LOADER_BATCH" \
+  --slurpfile gplain "$OUT/G-plain.json" --slurpfile gann "$OUT/G-announced.json" \
   --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
   --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
@@ -316,9 +316,9 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
     host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
     host_damon_pageout: $damon_pageout,
-    loader: {workers: 8, batch: ($loader_batch|tonumber), profile: "resnet50-h100", compute_s: $gplain[0].paths[0].epochs[0].compute_s,
+    loader: (($gplain[0].config | {workers, batch, profile}) + {compute_s: $gplain[0].paths[0].epochs[0].compute_s,
       epochs: {dataccel: loader($gplain[0].paths[0]), rclone: loader($gplain[0].paths[1]),
-        dataccel_announced: loader($gann[0].paths[0]), direct: loader($gann[0].paths[1])}} }
+        dataccel_announced: loader($gann[0].paths[0]), direct: loader($gann[0].paths[1])}}) }
   # Each measure of the issue, with its bound: min for a ratio that must reach it, max for a
   # figure that must stay under it, none for a measure shown for reference.
   | .targets = [

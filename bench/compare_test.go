@@ -55,6 +55,19 @@ func TestTargetMet(t *testing.T) {
 // readCompareFixture reads a summary.json that bench/compare.sh wrote (one
 // flat directory, session 17): 7 of its 8 bounded targets met, announced x
 // direct missed.
+// renderCompare returns s as compare-report prints it and as its page.
+func renderCompare(t *testing.T, s *CompareSummary) (text, page string) {
+	t.Helper()
+	var tb, pb bytes.Buffer
+	if err := s.WriteText(&tb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteHTML(&pb); err != nil {
+		t.Fatal(err)
+	}
+	return tb.String(), pb.String()
+}
+
 func readCompareFixture(t *testing.T) *CompareSummary {
 	t.Helper()
 	f, err := os.Open("testdata/compare-summary.json")
@@ -112,23 +125,14 @@ func TestCompareWalk(t *testing.T) {
 	if s.WalkS != nil {
 		t.Fatal("the fixture has walk times: this test adds its own")
 	}
-	var before bytes.Buffer
-	if err := s.WriteHTML(&before); err != nil {
-		t.Fatal(err)
-	}
+	_, before := renderCompare(t, s)
 	s.WalkS = map[string]float64{"dataccel": 0.283, "s3fs": 11.193, "rclone": 1.738}
 	s.RunsS["walk"] = map[string][]float64{"dataccel": {0.27, 0.283, 0.31}, "rclone": {1.7, 1.738, 1.9}}
-	var text, page bytes.Buffer
-	if err := s.WriteText(&text); err != nil {
-		t.Fatal(err)
+	text, page := renderCompare(t, s)
+	if want := "walk the dataset       dataccel 0.283 [0.27-0.31] s3fs 11.193 rclone 1.738 [1.7-1.9]\n"; !strings.Contains(text, want) {
+		t.Errorf("text lacks %q:\n%s", want, text)
 	}
-	if err := s.WriteHTML(&page); err != nil {
-		t.Fatal(err)
-	}
-	if want := "walk the dataset       dataccel 0.283 [0.27-0.31] s3fs 11.193 rclone 1.738 [1.7-1.9]\n"; !strings.Contains(text.String(), want) {
-		t.Errorf("text lacks %q:\n%s", want, text.String())
-	}
-	if got := strings.Count(page.String(), `class="bar"`) - strings.Count(before.String(), `class="bar"`); got != 3 {
+	if got := strings.Count(page, `class="bar"`) - strings.Count(before, `class="bar"`); got != 3 {
 		t.Errorf("%d more bars with the walk, want 3", got)
 	}
 }
@@ -140,10 +144,7 @@ func TestCompareLoader(t *testing.T) {
 	if s.Loader != nil {
 		t.Fatal("the fixture has phase G: this test adds its own")
 	}
-	var before bytes.Buffer
-	if err := s.WriteHTML(&before); err != nil {
-		t.Fatal(err)
-	}
+	_, before := renderCompare(t, s)
 	e := func(wall, au, first float64) LoaderEpoch { return LoaderEpoch{WallS: wall, AU: au, FirstBatchS: first} }
 	s.Loader = &LoaderPhase{Workers: 8, Batch: 100, Profile: "resnet50-h100", ComputeS: 2.8, Epochs: map[string]map[string]LoaderEpoch{
 		"dataccel":           {"cold": e(4.66, 0.997, 1.844), "warm": e(2.83, 1, 0.011)},
@@ -151,13 +152,7 @@ func TestCompareLoader(t *testing.T) {
 		"rclone":             {"cold": e(14.0, 0.232, 2.031), "warm": e(4.2, 0.786, 0.64)},
 		"direct":             {"cold": e(2.94, 1, 0.109), "warm": e(2.93, 1, 0.089)},
 	}}
-	var text, page bytes.Buffer
-	if err := s.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WriteHTML(&page); err != nil {
-		t.Fatal(err)
-	}
+	text, page := renderCompare(t, s)
 	for _, want := range []string{
 		"training loader        8 workers x batches of 100, resnet50-h100 (2.8 s of compute an epoch)",
 		"  dataccel             cold 4.66 s, AU 100%, first 1.84s     warm 2.83 s, AU 100%, first 11ms\n",
@@ -165,14 +160,14 @@ func TestCompareLoader(t *testing.T) {
 		"  rclone               cold 14 s, AU 23%, first 2.03s",
 		"  direct GETs          cold 2.94 s, AU 100%, first 109ms",
 	} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("text lacks %q:\n%s", want, text.String())
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
 		}
 	}
-	if got := strings.Count(page.String(), `class="bar"`) - strings.Count(before.String(), `class="bar"`); got != 8 {
+	if got := strings.Count(page, `class="bar"`) - strings.Count(before, `class="bar"`); got != 8 {
 		t.Errorf("%d more bars with the loader, want 8", got)
 	}
-	if !strings.Contains(page.String(), "training loader, cold epoch (2.8 s of compute)") {
+	if !strings.Contains(page, "training loader, cold epoch (2.8 s of compute)") {
 		t.Error("page lacks the loader's cold epochs")
 	}
 }
@@ -183,14 +178,8 @@ func TestCompareDAMONPageout(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		s := readCompareFixture(t)
 		s.DAMONPageout = on
-		var text, page bytes.Buffer
-		if err := s.WriteText(&text); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.WriteHTML(&page); err != nil {
-			t.Fatal(err)
-		}
-		for what, out := range map[string]string{"text": text.String(), "page": page.String()} {
+		text, page := renderCompare(t, s)
+		for what, out := range map[string]string{"text": text, "page": page} {
 			if got := strings.Contains(out, "DAMON pages out page cache"); got != on {
 				t.Errorf("pageout %v: %s mentions it: %v", on, what, got)
 			}

@@ -1,4 +1,4 @@
-# peers.sh: find_peers, which compare.sh and randread.sh run to find the peer scripts (sourced,
+# peers.sh: find_peers and need_peers, which compare.sh and randread.sh run to find the peer scripts (sourced,
 # not run).
 
 # find_peers ROOT: print the peer scripts' directory: $PEERS_DIR when set, else the first
@@ -19,4 +19,11 @@ find_peers() {
     fi
   done
   echo "$1/../shared/peers"
+}
+
+# need_peers DIR: exit 1, saying what to set, unless DIR holds the peer scripts.
+need_peers() {
+  [[ -x $1/install.sh ]] && return
+  echo "peer scripts not found at $1: set PEERS_DIR to the directory that holds install.sh, s3-up.sh and mount-peer.sh (shared/peers)" >&2
+  exit 1
 }

@@ -38,7 +38,7 @@ done
 # Room for the local copy, dataccel's disk cache and rclone's.
 . bench/room.sh
 need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
-[[ -x $PEERS/install.sh ]] || { echo "peer scripts not found at $PEERS: set PEERS_DIR to the directory that holds install.sh, s3-up.sh and mount-peer.sh (shared/peers)" >&2; exit 1; }
+need_peers "$PEERS"
 DS=records-$FILES-$MEAN_SIZE-$MIN_SIZE-$MAX_SIZE
 [[ $CONTENT == jpeg ]] || DS=$DS-$CONTENT
 BIN=$ROOT/bin/dataccel
