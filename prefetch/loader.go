@@ -540,15 +540,29 @@ type handle struct {
 	f    *flight
 }
 
+// failed reports whether f's fetch has ended in an error. finish wakes the
+// waiters before it takes the flight out of the map, and a read that comes
+// in between must fetch again, not take an error from before it came: a
+// read right after the store is back would fail with the outage.
+func (f *flight) failed() bool {
+	select {
+	case <-f.done:
+		return f.err != nil
+	default:
+		return false
+	}
+}
+
 // joinLocked takes a reference on the ready block or fetch in flight for k,
-// if any, on behalf of a read. Called with l.mu held.
+// if any, on behalf of a read; a fetch that failed is not joined. Called
+// with l.mu held.
 func (l *Loader) joinLocked(k cache.Key) *flight {
 	f := l.ready[k]
 	if f != nil {
 		l.lru.MoveToBack(f.elem)
 		f.readyAt = time.Now()
 		l.stats.ReadyHits.Add(1)
-	} else if f = l.flights[k]; f != nil {
+	} else if f = l.flights[k]; f != nil && !f.failed() {
 		l.stats.Shared.Add(1)
 	} else {
 		return nil
@@ -880,7 +894,9 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	}
 	close(f.done)
 	l.mu.Lock()
-	delete(l.flights, f.key)
+	if l.flights[f.key] == f { // a read may have started another after a failure (joinLocked)
+		delete(l.flights, f.key)
+	}
 	if f.prefetch {
 		l.pflights--
 		if !f.queued {

@@ -250,6 +250,50 @@ func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
 	}
 }
 
+// TestReadAfterFailureFetchesAgain: a read that comes after a fetch failed,
+// while the failed flight is still in the flights map (finish wakes its
+// waiters before it takes the lock), fetches again instead of taking the old
+// error, and the failed flight's finish leaves the new one in the map. The
+// test holds l.mu to stop finish in that moment; a mount's read right after
+// the store came back hit it, and failed with the outage's EIO.
+func TestReadAfterFailureFetchesAgain(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("e", 5000)
+	l := newTestLoader(t, st, nil, Options{})
+	k := l.key(obj, 0)
+
+	l.mu.Lock()
+	old := l.registerLocked(obj, 0, obj.Size, false, false)
+	finished := make(chan struct{})
+	go func() { l.finish(old, nil, errors.New("outage")); close(finished) }()
+	<-old.done
+	if f := l.joinLocked(k); f != nil {
+		l.mu.Unlock()
+		t.Fatalf("a read joined the failed fetch (err %v)", f.err)
+	}
+	st.mu.Lock()
+	st.gate = make(chan struct{}) // holds the new fetch in the map
+	st.mu.Unlock()
+	fresh := l.newReadFlightLocked(obj, 0, obj.Size)
+	fresh.refs++
+	fresh.used = true
+	l.mu.Unlock()
+
+	<-finished
+	l.mu.Lock()
+	inMap := l.flights[k]
+	l.mu.Unlock()
+	if inMap != fresh {
+		t.Errorf("after the failed fetch finished the flights map holds %p, want the new fetch %p", inMap, fresh)
+	}
+	close(st.gate)
+	data, err := l.wait(context.Background(), handle{f: fresh})
+	if err != nil || !bytes.Equal(data, st.data("e")) {
+		t.Fatalf("the new fetch: err %v, bytes equal %v", err, bytes.Equal(data, st.data("e")))
+	}
+	l.release(handle{f: fresh}, relConsumed)
+}
+
 func TestChangedObjectSurfacesErrChanged(t *testing.T) {
 	st := newFakeStore()
 	old := st.add("c", 3<<20)
