@@ -131,12 +131,14 @@ mount_peer() { # KIND MNT
   RCLONE_OPTS="--use-server-modtime" "$PEERS/mount-peer.sh" "$1" "$2" >/dev/null
 }
 
-RUN_FLAGS=(--endpoint "$S3_ENDPOINT" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0 --order "$ORDER" --seed 7
-  --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
+# Every bench run's flags (BENCH_FLAGS); RUN_FLAGS for the phases measured against the targets
+# (readers with no compute), G_FLAGS below for phase G's loader.
+BENCH_FLAGS=(--endpoint "$S3_ENDPOINT" --order "$ORDER" --seed 7 --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q)
 if [[ $WALK == 0 ]]; then
   (cd "$LOCAL" && find . -type f -printf '%P\t%s\n') >"$OUT/files.tsv"
-  RUN_FLAGS+=(--files-from "$OUT/files.tsv")
+  BENCH_FLAGS+=(--files-from "$OUT/files.tsv")
 fi
+RUN_FLAGS=("${BENCH_FLAGS[@]}" --workers "$READERS" --batch "$BATCH" --compute-per-sample 0)
 
 # fresh_mem: seconds to touch 1 GiB of fresh anonymous memory (dd fills one 1 GiB buffer from
 # /dev/zero): the cost of fresh pages, which a slow spell of the host multiplies.
@@ -252,11 +254,10 @@ done
 
 # A training job's loader: PyTorch's DataLoader gives each worker a whole batch to load, file by
 # file, and the accelerator computes between steps; one run, as a view of what the GPU sees.
-LOADER_BATCH=$((FILES >= 5000 ? 100 : FILES / 50 > 0 ? FILES / 50 : 1))
+# Batches of 100, or a fiftieth of a smaller mix (at least 1).
+LOADER_BATCH=$((FILES / 50)); ((LOADER_BATCH <= 100)) || LOADER_BATCH=100; ((LOADER_BATCH >= 1)) || LOADER_BATCH=1
 say "G. a training loader: 8 workers x batches of $LOADER_BATCH, resnet50-h100's compute, cold then warm epoch: dataccel, rclone, then dataccel announced, direct GETs (one run)"
-G_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 8 --batch "$LOADER_BATCH" --profile resnet50-h100 --order "$ORDER" --seed 7
-  --concurrency 64 --no-probe --rtt "${RTT_MS}ms" -q --epochs 2)
-[[ $WALK == 0 ]] && G_FLAGS+=(--files-from "$OUT/files.tsv")
+G_FLAGS=("${BENCH_FLAGS[@]}" --workers 8 --batch "$LOADER_BATCH" --profile resnet50-h100 --epochs 2)
 server_warm
 mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-G"
 mount_peer rclone-full "$OUT/mnt-rclone"

@@ -52,9 +52,6 @@ func TestTargetMet(t *testing.T) {
 	}
 }
 
-// readCompareFixture reads a summary.json that bench/compare.sh wrote (one
-// flat directory, session 17): 7 of its 8 bounded targets met, announced x
-// direct missed.
 // renderCompare returns s as compare-report prints it and as its page.
 func renderCompare(t *testing.T, s *CompareSummary) (text, page string) {
 	t.Helper()
@@ -68,6 +65,14 @@ func renderCompare(t *testing.T, s *CompareSummary) (text, page string) {
 	return tb.String(), pb.String()
 }
 
+// moreBars is how many more bars page has than before.
+func moreBars(before, page string) int {
+	return strings.Count(page, `class="bar"`) - strings.Count(before, `class="bar"`)
+}
+
+// readCompareFixture reads a summary.json that bench/compare.sh wrote (one
+// flat directory, session 17): 7 of its 8 bounded targets met, announced x
+// direct missed.
 func readCompareFixture(t *testing.T) *CompareSummary {
 	t.Helper()
 	f, err := os.Open("testdata/compare-summary.json")
@@ -132,7 +137,7 @@ func TestCompareWalk(t *testing.T) {
 	if want := "walk the dataset       dataccel 0.283 [0.27-0.31] s3fs 11.193 rclone 1.738 [1.7-1.9]\n"; !strings.Contains(text, want) {
 		t.Errorf("text lacks %q:\n%s", want, text)
 	}
-	if got := strings.Count(page, `class="bar"`) - strings.Count(before, `class="bar"`); got != 3 {
+	if got := moreBars(before, page); got != 3 {
 		t.Errorf("%d more bars with the walk, want 3", got)
 	}
 }
@@ -164,7 +169,7 @@ func TestCompareLoader(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
 	}
-	if got := strings.Count(page, `class="bar"`) - strings.Count(before, `class="bar"`); got != 8 {
+	if got := moreBars(before, page); got != 8 {
 		t.Errorf("%d more bars with the loader, want 8", got)
 	}
 	if !strings.Contains(page, "training loader, cold epoch (2.8 s of compute)") {

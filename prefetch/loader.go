@@ -540,29 +540,15 @@ type handle struct {
 	f    *flight
 }
 
-// failed reports whether f's fetch has ended in an error. finish wakes the
-// waiters before it takes the flight out of the map, and a read that comes
-// in between must fetch again, not take an error from before it came: a
-// read right after the store is back would fail with the outage.
-func (f *flight) failed() bool {
-	select {
-	case <-f.done:
-		return f.err != nil
-	default:
-		return false
-	}
-}
-
 // joinLocked takes a reference on the ready block or fetch in flight for k,
-// if any, on behalf of a read; a fetch that failed is not joined. Called
-// with l.mu held.
+// if any, on behalf of a read. Called with l.mu held.
 func (l *Loader) joinLocked(k cache.Key) *flight {
 	f := l.ready[k]
 	if f != nil {
 		l.lru.MoveToBack(f.elem)
 		f.readyAt = time.Now()
 		l.stats.ReadyHits.Add(1)
-	} else if f = l.flights[k]; f != nil && !f.failed() {
+	} else if f = l.flights[k]; f != nil {
 		l.stats.Shared.Add(1)
 	} else {
 		return nil
@@ -888,13 +874,20 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	f.data, f.err = data, err
 	// Fill the cache before waking the waiters (a Fill that returns has
 	// its blocks in the tier) and before leaving the flights map, so that
-	// a read arriving now joins this flight instead of fetching again.
+	// a read arriving now joins this flight instead of fetching again. A
+	// failed fetch leaves the map before it wakes them: a read that comes
+	// after the failure fetches again, where joining would hand it an
+	// error from before it came (a read right after the store is back).
 	if err == nil && l.tier != nil {
 		l.tier.Put(f.key, data)
 	}
-	close(f.done)
-	l.mu.Lock()
-	if l.flights[f.key] == f { // a read may have started another after a failure (joinLocked)
+	if err != nil {
+		l.mu.Lock()
+		delete(l.flights, f.key)
+		close(f.done)
+	} else {
+		close(f.done)
+		l.mu.Lock()
 		delete(l.flights, f.key)
 	}
 	if f.prefetch {

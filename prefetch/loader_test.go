@@ -250,12 +250,12 @@ func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
 	}
 }
 
-// TestReadAfterFailureFetchesAgain: a read that comes after a fetch failed,
-// while the failed flight is still in the flights map (finish wakes its
-// waiters before it takes the lock), fetches again instead of taking the old
-// error, and the failed flight's finish leaves the new one in the map. The
-// test holds l.mu to stop finish in that moment; a mount's read right after
-// the store came back hit it, and failed with the outage's EIO.
+// TestReadAfterFailureFetchesAgain: a failed fetch leaves the flights map
+// before it wakes its waiters, so a read that comes after the failure
+// fetches again instead of taking the old error (a mount's read right after
+// the store came back failed with the outage's EIO). The test holds l.mu
+// while the fetch finishes: its waiters must not wake while it is still in
+// the map.
 func TestReadAfterFailureFetchesAgain(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("e", 5000)
@@ -263,35 +263,31 @@ func TestReadAfterFailureFetchesAgain(t *testing.T) {
 	k := l.key(obj, 0)
 
 	l.mu.Lock()
-	old := l.registerLocked(obj, 0, obj.Size, false, false)
+	failed := l.registerLocked(obj, 0, obj.Size, false, false)
 	finished := make(chan struct{})
-	go func() { l.finish(old, nil, errors.New("outage")); close(finished) }()
-	<-old.done
-	if f := l.joinLocked(k); f != nil {
-		l.mu.Unlock()
-		t.Fatalf("a read joined the failed fetch (err %v)", f.err)
+	go func() { l.finish(failed, nil, errors.New("outage")); close(finished) }()
+	select {
+	case <-failed.done:
+		if l.flights[k] == failed {
+			l.mu.Unlock()
+			t.Fatal("the failed fetch woke its waiters while still in the flights map, where a read coming now joins it")
+		}
+	case <-time.After(50 * time.Millisecond):
 	}
-	st.mu.Lock()
-	st.gate = make(chan struct{}) // holds the new fetch in the map
-	st.mu.Unlock()
-	fresh := l.newReadFlightLocked(obj, 0, obj.Size)
-	fresh.refs++
-	fresh.used = true
 	l.mu.Unlock()
-
-	<-finished
+	<-failed.done
 	l.mu.Lock()
-	inMap := l.flights[k]
+	joined := l.joinLocked(k)
 	l.mu.Unlock()
-	if inMap != fresh {
-		t.Errorf("after the failed fetch finished the flights map holds %p, want the new fetch %p", inMap, fresh)
+	if joined != nil {
+		t.Fatalf("a read after the failure joined the failed fetch (err %v)", joined.err)
 	}
-	close(st.gate)
-	data, err := l.wait(context.Background(), handle{f: fresh})
-	if err != nil || !bytes.Equal(data, st.data("e")) {
-		t.Fatalf("the new fetch: err %v, bytes equal %v", err, bytes.Equal(data, st.data("e")))
+	<-finished
+
+	p := make([]byte, 5000)
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); err != nil || !bytes.Equal(p, st.data("e")) {
+		t.Fatalf("a read after the failure: err %v, bytes equal %v", err, bytes.Equal(p, st.data("e")))
 	}
-	l.release(handle{f: fresh}, relConsumed)
 }
 
 func TestChangedObjectSurfacesErrChanged(t *testing.T) {
