@@ -49,6 +49,9 @@ type CompareSummary struct {
 	// DAMONPageout: the host pages out page cache it finds idle (DAMON),
 	// which leaves holes for the warm re-reads to refill.
 	DAMONPageout bool `json:"host_damon_pageout"`
+	// PageReporting: the VM hands freed memory back to its host (free page
+	// reporting), so a first touch of it costs a host fault.
+	PageReporting bool `json:"host_page_reporting"`
 	// Loader is phase G, absent from summaries older than it.
 	Loader  *LoaderPhase `json:"loader,omitempty"`
 	Targets []Target     `json:"targets"`
@@ -251,6 +254,9 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	if f := s.FreshMemory; len(f) > 0 {
 		fmt.Fprintf(&b, "host, fresh memory     %s s per GiB at the start, %s before B, %s at the end (mounts pay it for their page cache and RAM cache; direct GETs do not)\n",
 			sec2(f["start"]), sec2(f["before_b"]), sec2(f["end"]))
+	}
+	if s.PageReporting {
+		b.WriteString("host, free memory      the VM hands freed memory back to its host within a second (free page reporting): a cold epoch pays a host fault for each page it fills, a mount for its page cache and RAM cache\n")
 	}
 	if s.DAMONPageout {
 		b.WriteString("host, page cache       DAMON pages out page cache it finds idle: the warm re-reads refill its holes (a mount through a request each, the local disk from the disk)\n")
@@ -522,7 +528,9 @@ var compareTmpl = template.Must(template.New("compare").Parse(`<!DOCTYPE html>
 {{.S.Dataset.RTTMs}} ms round trip, {{.S.Dataset.Readers}} readers, batch {{.S.Dataset.Batch}};
 each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Command: <code>{{.S.Command}}</code>.{{end}} A fresh-memory touch of 1 GiB took
 {{index .S.FreshMemory "start"}} s at the start, {{index .S.FreshMemory "before_b"}} s before phase B and
-{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.{{if .S.DAMONPageout}}
+{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.{{if .S.PageReporting}}
+The VM hands freed memory back to its host within a second (free page reporting): a cold epoch pays a host fault for
+each page it fills, a mount for its page cache and RAM cache.{{end}}{{if .S.DAMONPageout}}
 DAMON on this host pages out page cache it finds idle: the warm re-reads refill its holes, a mount through a request
 each, the local disk from the disk.{{end}}</p>
 <h2>Targets: {{.Met}} of {{.Bounded}} met</h2>

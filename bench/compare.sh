@@ -157,6 +157,14 @@ DAMON_PAGEOUT=false
 for k in /sys/kernel/mm/damon/admin/kdamonds/*; do
   [[ $(cat "$k/state" 2>/dev/null) == on ]] && grep -qsx pageout "$k"/contexts/*/schemes/*/action && DAMON_PAGEOUT=true
 done
+# Some VMs hand the memory freed in them back to their host within a second or so (virtio-balloon
+# free page reporting: device 5, feature bit 5). Each first touch of it afterwards costs a host fault:
+# a cold epoch pays it for the memory it fills (a mount's page cache and RAM cache), and the more
+# the host is loaded, the more (the fresh-memory times above). The summary says so when it is on.
+PAGE_REPORTING=false
+for d in /sys/bus/virtio/devices/*; do
+  [[ $(cat "$d/device" 2>/dev/null) == 0x0005 && $(cut -c6 "$d/features" 2>/dev/null) == 1 ]] && PAGE_REPORTING=true
+done
 
 say "warm-up: one cold epoch through a dataccel mount and direct GETs, not measured"
 # The machine settles after the build and the server's start (the server's heap grows, memory
@@ -279,7 +287,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   --slurpfile gplain "$OUT/G-plain.json" --slurpfile gann "$OUT/G-announced.json" \
   --argjson list_dc "$(json_list "${LIST_DC[@]}")" --argjson list_s3fs "$(json_list "${LIST_S3FS[@]}")" \
   --argjson list_rc "$(json_list "${LIST_RC[@]}")" --arg rss_kb "$RSS_KB" \
-  --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" \
+  --argjson fresh_mem "$(json_list "${FRESH_MEM[@]}")" --argjson damon_pageout "$DAMON_PAGEOUT" --argjson page_reporting "$PAGE_REPORTING" \
   --arg files "$FILES" --arg bytes "$BYTES" --arg rtt "$RTT_MS" --arg readers "$READERS" --arg batch "$BATCH" --arg ds "$DS" \
   --arg order "$ORDER" --arg repeats "$REPEATS" --arg walk "$WALK" \
   --arg command "FILES=$FILES MEAN_SIZE=$MEAN_SIZE MIN_SIZE=$MIN_SIZE MAX_SIZE=$MAX_SIZE CLASSES=$CLASSES SUBDIRS=$SUBDIRS ORDER=$ORDER BATCH=$BATCH READERS=$READERS RTT_MS=$RTT_MS REPEATS=$REPEATS CONTENT=$CONTENT WALK=$WALK${DATACCEL_FLAGS:+ DATACCEL_FLAGS=\"$DATACCEL_FLAGS\"} make compare" '
@@ -316,7 +324,7 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
     host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
-    host_damon_pageout: $damon_pageout,
+    host_damon_pageout: $damon_pageout, host_page_reporting: $page_reporting,
     loader: (($gplain[0].config | {workers, batch, profile}) + {compute_s: $gplain[0].paths[0].epochs[0].compute_s,
       epochs: {dataccel: loader($gplain[0].paths[0]), rclone: loader($gplain[0].paths[1]),
         dataccel_announced: loader($gann[0].paths[0]), direct: loader($gann[0].paths[1])}}) }

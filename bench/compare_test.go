@@ -177,16 +177,26 @@ func TestCompareLoader(t *testing.T) {
 	}
 }
 
-// The summary says when the host pages out idle page cache (DAMON), and
-// says nothing of it otherwise.
-func TestCompareDAMONPageout(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		s := readCompareFixture(t)
-		s.DAMONPageout = on
-		text, page := renderCompare(t, s)
-		for what, out := range map[string]string{"text": text, "page": page} {
-			if got := strings.Contains(out, "DAMON pages out page cache"); got != on {
-				t.Errorf("pageout %v: %s mentions it: %v", on, what, got)
+// The summary says when the host pages out idle page cache (DAMON) and when
+// the VM hands freed memory back to its host, and says nothing of either
+// otherwise.
+func TestCompareHostMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*CompareSummary, bool)
+		text string
+	}{
+		{"DAMON", func(s *CompareSummary, on bool) { s.DAMONPageout = on }, "DAMON pages out page cache"},
+		{"page reporting", func(s *CompareSummary, on bool) { s.PageReporting = on }, "hands freed memory back to its host"},
+	} {
+		for _, on := range []bool{true, false} {
+			s := readCompareFixture(t)
+			tc.set(s, on)
+			text, page := renderCompare(t, s)
+			for what, out := range map[string]string{"text": text, "page": page} {
+				if got := strings.Contains(out, tc.text); got != on {
+					t.Errorf("%s %v: %s mentions it: %v", tc.name, on, what, got)
+				}
 			}
 		}
 	}
