@@ -221,6 +221,11 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		return nil, err
 	}
 
+	readers := 0
+	for _, st := range states {
+		readers = max(readers, st.readers)
+	}
+	bufs := newReadBufs(readers)
 	dropOK := cfg.DropCaches
 	for e := 1; e <= cfg.Epochs; e++ {
 		for i, st := range states {
@@ -245,7 +250,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			label := fmt.Sprintf("epoch %d/%d %s", e, cfg.Epochs, shortName(st.src.String()))
 			ep, err := runEpoch(ctx, epochPlan{src: st.src, files: st.files, order: order, accels: cfg.Accelerators,
 				workers: st.workers, batch: cfg.Batch, prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample,
-				maxSteps: cfg.MaxSteps, fileLevel: st.fileLevel}, cfg.Progress, label)
+				maxSteps: cfg.MaxSteps, fileLevel: st.fileLevel, bufs: bufs}, cfg.Progress, label)
 			if err != nil {
 				return nil, fmt.Errorf("run: %s epoch %d: %w", st.src, e, err)
 			}
@@ -259,7 +264,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 	}
 	if cfg.FindMaxAccelerators {
 		for i, st := range states {
-			m, err := findMax(ctx, cfg, st.src, st.files, st.workers, st.fileLevel)
+			m, err := findMax(ctx, cfg, st.src, st.files, st.workers, st.fileLevel, bufs)
 			if err != nil {
 				return nil, fmt.Errorf("run: %s: find max accelerators: %w", st.src, err)
 			}
@@ -305,6 +310,39 @@ type epochPlan struct {
 	// fileLevel: workers is the total number of readers, taking files one
 	// by one (direct GETs); else workers per accelerator load whole batches.
 	fileLevel bool
+	// bufs are the readers' buffers, by reader.
+	bufs readBufs
+}
+
+// readBufSize is a reader's buffer: one read(2) takes a whole ImageNet file.
+const readBufSize = 1 << 20
+
+// readBufs are the readers' buffers, one per reader, made and touched once
+// before the first epoch and reused by every epoch of every path. A buffer
+// made inside an epoch is fresh memory that the epoch's first reads fault
+// in, and on a VM that hands freed memory back to its host each of those
+// faults is a host fault whose cost moves with the host: whichever path's
+// epoch paid for them (64 MiB for 64 readers) would move the comparison.
+type readBufs [][]byte
+
+func newReadBufs(n int) readBufs {
+	b := make(readBufs, n)
+	for i := range b {
+		b[i] = make([]byte, readBufSize)
+		for j := 0; j < readBufSize; j += 4096 {
+			b[i][j] = 1 // fault it in now: make leaves fresh pages untouched
+		}
+	}
+	return b
+}
+
+// get returns reader id's buffer, or a new one beyond the readers it was
+// made for.
+func (b readBufs) get(id int) []byte {
+	if id < len(b) {
+		return b[id]
+	}
+	return make([]byte, readBufSize)
 }
 
 // runEpoch loads one epoch, with per-accelerator batch workers or, for
@@ -406,7 +444,7 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 		})
 		for id := range p.workers {
 			g.Go(func() error {
-				buf := make([]byte, 1<<20)
+				buf := p.bufs.get(id)
 				for t := range tasks {
 					if err := read(id, buf, t.i); err != nil {
 						return err
@@ -425,8 +463,8 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 		for a := range p.accels {
 			for w := range p.workers {
 				g.Go(func() error {
-					buf := make([]byte, 1<<20)
 					id := a*p.workers + w
+					buf := p.bufs.get(id)
 					for s := w; s < steps; s += p.workers {
 						if err := waitTaken(gctx, s-p.workers*p.prefetch); err != nil {
 							return err
@@ -521,7 +559,7 @@ func safeDiv(a, b float64) float64 {
 // findMax doubles the accelerator count while AU stays at or above the
 // target, then bisects between the last count that held and the first that
 // did not. Each trial is one epoch (bounded by MaxSteps).
-func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, workers int, fileLevel bool) (*MaxAccelerators, error) {
+func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, workers int, fileLevel bool, bufs readBufs) (*MaxAccelerators, error) {
 	m := &MaxAccelerators{TargetAU: cfg.TargetAU, Trials: []Trial{}}
 	// Direct GETs keep their total concurrency whatever the accelerator
 	// count (the network is what is measured); mounts get workers per
@@ -537,7 +575,7 @@ func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, worke
 			return 0, false, nil
 		}
 		ep, err := runEpoch(ctx, epochPlan{src: src, files: files, order: order, accels: a, workers: workers, batch: cfg.Batch,
-			prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample, maxSteps: cfg.MaxSteps, fileLevel: fileLevel}, cfg.Progress,
+			prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample, maxSteps: cfg.MaxSteps, fileLevel: fileLevel, bufs: bufs}, cfg.Progress,
 			fmt.Sprintf("find-max %d acc", a))
 		if err != nil {
 			return 0, false, err

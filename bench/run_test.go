@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -266,5 +267,44 @@ func TestParseFileList(t *testing.T) {
 				t.Fatalf("got %v, %v; want %v", got, err, c.want)
 			}
 		})
+	}
+}
+
+// bufRecorder records the buffers a source is handed. Holding a pointer into
+// each keeps it alive, so a buffer made anew for an epoch cannot take the
+// address of one the collector freed.
+type bufRecorder struct {
+	Source
+	mu   sync.Mutex
+	seen map[*byte]bool
+}
+
+func (r *bufRecorder) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	r.mu.Lock()
+	r.seen[&buf[0]] = true
+	r.mu.Unlock()
+	return r.Source.ReadFile(ctx, f, buf)
+}
+
+// Every epoch of every path reads into the same buffers, one per reader,
+// made before the first epoch: a buffer made in an epoch would put its
+// first touches (page faults) in that epoch's time.
+func TestRunReusesReadBuffers(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 60)
+	const readers = 3
+	rec := &bufRecorder{Source: DirSource{Root: dir}, seen: map[*byte]bool{}}
+	if _, err := Run(context.Background(), RunConfig{Workers: readers, Batch: 4, Epochs: 3, Seed: 1}, rec, DirSource{Root: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.seen); n == 0 || n > readers {
+		t.Errorf("%d readers read into %d buffers over 3 epochs, want at most %d", readers, n, readers)
+	}
+	b := newReadBufs(2)
+	if len(b) != 2 || len(b.get(1)) != readBufSize || &b.get(1)[0] != &b[1][0] {
+		t.Error("get does not hand out the buffers made for the readers")
+	}
+	if extra := b.get(5); len(extra) != readBufSize || &extra[0] == &b[0][0] || &extra[0] == &b[1][0] {
+		t.Error("a reader beyond the buffers made shares one")
 	}
 }
