@@ -881,14 +881,13 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	if err == nil && l.tier != nil {
 		l.tier.Put(f.key, data)
 	}
+	if err == nil {
+		close(f.done)
+	}
+	l.mu.Lock()
+	delete(l.flights, f.key)
 	if err != nil {
-		l.mu.Lock()
-		delete(l.flights, f.key)
 		close(f.done)
-	} else {
-		close(f.done)
-		l.mu.Lock()
-		delete(l.flights, f.key)
 	}
 	if f.prefetch {
 		l.pflights--
