@@ -164,3 +164,34 @@ func TestForget(t *testing.T) {
 		t.Error("prefetch still leaves alone an object read through the loader again")
 	}
 }
+
+// TestFillTightBudget fills objects of many blocks under a budget of two
+// blocks, less than Fill's window: a Fill that held its finished blocks
+// while it waited for another one's budget would never end.
+func TestFillTightBudget(t *testing.T) {
+	const block = 64 << 10
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	tier := indexedTier{newMapTier()}
+	l := newTestLoader(t, st, tier, Options{BlockSize: block, MemoryBudget: 2 * (block + blockOverhead)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		o := st.add(fmt.Sprintf("f%d", i), 16*block)
+		wg.Go(func() {
+			for range 5 { // cached after the first: later fills check the index only
+				if err := l.Fill(ctx, o); err != nil {
+					t.Errorf("fill %s: %v", o.Key, err)
+					return
+				}
+			}
+			for b := range l.numBlocks(o) {
+				if _, ok := tier.Get(l.key(o, b)); !ok {
+					t.Errorf("%s block %d not in the tier", o.Key, b)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
 )
@@ -455,37 +457,32 @@ const fillWindow = 8
 // has are skipped from its index alone (counted as cache hits), the others
 // are fetched (joining fetches in flight), fillWindow at a time, and waited
 // for. Nothing is copied out: this is warm's read, which wants the bytes in
-// the cache only.
+// the cache only. Each block is let go as soon as it is in: a finished
+// block held while Fill waits for another would keep its budget from the
+// fetch Fill waits for, and with a budget of fewer than fillWindow blocks
+// (large blocks) neither would ever end.
 func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
-	var pending []handle
-	wait := func(h handle) error {
-		_, err := l.wait(ctx, h)
-		l.release(h, relConsumed)
-		return err
-	}
-	var err error
-	for i := int64(0); i < l.numBlocks(obj) && err == nil; i++ {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fillWindow)
+	for i := range l.numBlocks(obj) {
+		if gctx.Err() != nil {
+			break // a block failed: fetch no more
+		}
 		if l.tierHas(l.key(obj, i)) {
 			l.stats.CacheHits.Add(1)
 			continue
 		}
-		h, serr := l.startRead(obj, i)
-		if serr != nil {
-			err = serr
-			break
-		}
-		pending = append(pending, h)
-		if len(pending) == fillWindow {
-			err = wait(pending[0])
-			pending = pending[1:]
-		}
+		g.Go(func() error {
+			h, err := l.startRead(obj, i)
+			if err != nil {
+				return err
+			}
+			_, err = l.wait(gctx, h)
+			l.release(h, relConsumed)
+			return err
+		})
 	}
-	for _, h := range pending {
-		if werr := wait(h); err == nil {
-			err = werr
-		}
-	}
-	return err
+	return g.Wait()
 }
 
 // numBlocks is how many blocks obj has.
