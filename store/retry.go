@@ -154,11 +154,17 @@ func newWatchdog(ctx context.Context, d time.Duration, stats *RetryStats) (conte
 func (w *watchdog) stop() { w.t.Stop(); w.cancel() }
 
 // explain turns the cancellation the watchdog caused into a retryable error.
+// That cancellation is the watchdog's own, not the caller's, so it leaves
+// the chain: an error that is context.Canceled reads as an interrupted
+// request (EINTR through the mount), which a reader retries for ever.
 func (w *watchdog) explain(err error) error {
-	if err != nil && w.fired.Load() {
-		return fmt.Errorf("%w: %w", errTimeout, err)
+	switch {
+	case err == nil || !w.fired.Load():
+		return err
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %v", errTimeout, err)
 	}
-	return err
+	return fmt.Errorf("%w: %w", errTimeout, err)
 }
 
 func (r *Retrying) Stat(ctx context.Context, key string) (Object, error) {

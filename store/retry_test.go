@@ -191,3 +191,53 @@ func TestRetriesUntilIOTimeout(t *testing.T) {
 		t.Errorf("Stat took %v, want about %v", took, ioTimeout)
 	}
 }
+
+// TestStallsUntilIOTimeout: a server that stalls every request makes a
+// stat or a read fail within the io timeout with an error that says so,
+// never with the cancellation the watchdog used to cut each attempt: the
+// caller did not cancel, and a reader told "interrupted" (EINTR) retries for
+// ever.
+func TestStallsUntilIOTimeout(t *testing.T) {
+	tests := []struct {
+		name string
+		op   func(st store.Store, obj store.Object) error
+	}{
+		{"stat", func(st store.Store, obj store.Object) error {
+			_, err := st.Stat(context.Background(), obj.Key)
+			return err
+		}},
+		{"read", func(st store.Store, obj store.Object) error {
+			rc, err := st.ReadRange(context.Background(), obj, 0, obj.Size)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			_, err = io.ReadAll(rc)
+			return err
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stats := &store.RetryStats{}
+			const ioTimeout = 2 * time.Second
+			fp, st, _, objs := faultSetup(t, 1, 64<<10, store.RetryOptions{
+				BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, IOTimeout: ioTimeout, Attempts: 1000,
+				FirstByteTimeout: 300 * time.Millisecond, ProgressTimeout: 300 * time.Millisecond, Stats: stats,
+			})
+			fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Stall: time.Minute})
+			start := time.Now()
+			err := tc.op(st, objs[0])
+			took := time.Since(start)
+			switch {
+			case err == nil:
+				t.Fatal("succeeded with every request stalled")
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("failed with %v, which reads as the caller's own cancellation", err)
+			case stats.GaveUp.Load() != 1 || stats.Timeouts.Load() < 2:
+				t.Fatalf("%v: gave up %d times after %d timeouts; want once, after several", err, stats.GaveUp.Load(), stats.Timeouts.Load())
+			case took > ioTimeout+2*time.Second:
+				t.Fatalf("failed after %s, want within about %s", took, ioTimeout)
+			}
+		})
+	}
+}

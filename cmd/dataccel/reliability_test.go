@@ -85,43 +85,69 @@ func TestFaultsThroughMount(t *testing.T) {
 	}
 }
 
-// TestEndpointDownThroughMount: with the server gone longer than
-// --io-timeout, a read fails with EIO within the bound; when the server is
+// TestEndpointDownThroughMount: with the server gone, or stalling every
+// request, for longer than --io-timeout, a read fails with EIO within the
+// bound (never EINTR, which a reader retries for ever); when the server is
 // back, new reads succeed without a remount.
 func TestEndpointDownThroughMount(t *testing.T) {
-	st := srv.NewBucket(t)
-	files := dataset(t, st, "", 3, 10<<10)
-	fp, err := testenv.StartFaultProxy(srv.Addr)
+	tests := []struct {
+		name         string
+		down, healed func(fp *testenv.FaultProxy)
+	}{
+		{"refused", func(fp *testenv.FaultProxy) { fp.SetDown(true) }, func(fp *testenv.FaultProxy) { fp.SetDown(false) }},
+		{"stalled", func(fp *testenv.FaultProxy) { fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Stall: time.Minute}) },
+			func(fp *testenv.FaultProxy) { fp.Clear() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := srv.NewBucket(t)
+			files := dataset(t, st, "", 3, 10<<10)
+			fp, err := testenv.StartFaultProxy(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fp.Close()
+			const ioTimeout = 2 * time.Second
+			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--io-timeout", ioTimeout.String(), "--stall-timeout", "300ms",
+				"--prefetch", "off", "s3://"+st.Bucket())
+			var names []string
+			for rel := range files {
+				if _, err := os.Stat(filepath.Join(m.dir, rel)); err != nil { // metadata known before the outage
+					t.Fatal(err)
+				}
+				names = append(names, rel)
+			}
+			tc.down(fp)
+			start := time.Now()
+			err = readOnce(filepath.Join(m.dir, names[0]))
+			took := time.Since(start)
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("read with the server %s: %v, want EIO", tc.name, err)
+			}
+			if took > ioTimeout+3*time.Second {
+				t.Fatalf("EIO after %s, want within about %s", took, ioTimeout)
+			}
+			tc.healed(fp)
+			for _, rel := range names {
+				b, err := os.ReadFile(filepath.Join(m.dir, rel))
+				if err != nil || !bytes.Equal(b, files[rel]) {
+					t.Fatalf("after recovery %s: %v", rel, err)
+				}
+			}
+		})
+	}
+}
+
+// readOnce reads the start of a file with plain system calls, which return
+// EINTR to the caller where os.File would retry it for ever.
+func readOnce(path string) error {
+	fd, err := syscall.Open(path, syscall.O_RDONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	defer fp.Close()
-	const ioTimeout = 2 * time.Second
-	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--io-timeout", ioTimeout.String(), "--prefetch", "off", "s3://"+st.Bucket())
-	var names []string
-	for rel := range files {
-		if _, err := os.Stat(filepath.Join(m.dir, rel)); err != nil { // metadata known before the outage
-			t.Fatal(err)
-		}
-		names = append(names, rel)
-	}
-	fp.SetDown(true)
-	start := time.Now()
-	_, err = os.ReadFile(filepath.Join(m.dir, names[0]))
-	took := time.Since(start)
-	if !errors.Is(err, syscall.EIO) {
-		t.Fatalf("read with the server down: %v, want EIO", err)
-	}
-	if took > ioTimeout+3*time.Second {
-		t.Fatalf("EIO after %s, want within about %s", took, ioTimeout)
-	}
-	fp.SetDown(false)
-	for _, rel := range names {
-		b, err := os.ReadFile(filepath.Join(m.dir, rel))
-		if err != nil || !bytes.Equal(b, files[rel]) {
-			t.Fatalf("after recovery %s: %v", rel, err)
-		}
-	}
+	defer syscall.Close(fd)
+	_, err = syscall.Read(fd, make([]byte, 4096))
+	return err
 }
 
 // TestChangesUnderReaders: an object overwritten or deleted while a handle
