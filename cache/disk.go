@@ -998,6 +998,20 @@ func (d *Disk) loadState() map[recKey]struct{} {
 	return dead
 }
 
+// Remove drops the record for k, if any; its bytes become dead. A caller
+// that found it of no use (a block of another length, written under
+// another block size) removes it so that a Put of k is written: while k is
+// held, Put skips it.
+func (d *Disk) Remove(k Key) {
+	id := keyHash(k)
+	d.mu.Lock()
+	loc, ok := d.index[id]
+	d.mu.Unlock()
+	if ok {
+		d.forget(id, loc)
+	}
+}
+
 // Contains reports whether k has an entry, from the index alone: no file is
 // read and the eviction policy does not count it as an access.
 func (d *Disk) Contains(k Key) bool {

@@ -186,6 +186,14 @@ func (t *Tiered) Forget(k Key) {
 	}
 }
 
+// Remove drops k from both tiers (see Disk.Remove).
+func (t *Tiered) Remove(k Key) {
+	t.Forget(k)
+	if r, ok := t.disk.(interface{ Remove(Key) }); ok {
+		r.Remove(k)
+	}
+}
+
 // Touch forwards an access seen elsewhere to the disk tier's policy.
 func (t *Tiered) Touch(k Key) {
 	if tc, ok := t.disk.(toucher); ok {

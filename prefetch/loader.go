@@ -372,7 +372,10 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 			return true // from the index: no disk read for a block not pushed
 		}
 		data, inRAM, ok := p.Peek(k)
-		if !ok || int64(len(data)) != n {
+		if ok {
+			data, ok = l.fit(k, data, n)
+		}
+		if !ok {
 			return false
 		}
 		if !inRAM {
@@ -391,7 +394,10 @@ func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landin
 	}
 	// Not tierGet: a prefetch probe is not a cache hit.
 	data, ok := l.tier.Get(k)
-	return ok && int64(len(data)) == n
+	if ok {
+		_, ok = l.fit(k, data, n)
+	}
+	return ok
 }
 
 // pushFromTier hands a block read from the cache tier to the page cache,
@@ -519,9 +525,9 @@ func (l *Loader) blockOf(obj store.Object, off int64) int64 {
 // --block-size, under which block 1 is other bytes of the same length
 // (block 1 of a 12 MiB file is bytes 8-12 MiB under 8 MiB blocks and 4-8
 // MiB under 4 MiB blocks). Blocks that start at the same offset agree on
-// every byte they share, and the length check on every tier read tells
-// them apart. The offset is stored negated: older versions stored the
-// index there, and an old index can equal a new offset.
+// every byte they share, and every tier read checks the length (fit). The
+// offset is stored negated: older versions stored the index there, and an
+// old index can equal a new offset.
 func (l *Loader) key(obj store.Object, i int64) cache.Key {
 	off, _ := l.blockRange(obj, i)
 	return cache.Key{Object: obj.Key, ETag: obj.ETag, Block: -off}
@@ -617,18 +623,36 @@ func doneFlight(obj store.Object, k cache.Key, data []byte, charge int64) *fligh
 	return &flight{key: k, obj: obj, n: int64(len(data)), done: done, data: data, charge: charge, refs: 1}
 }
 
-// tierGet looks k up in the cache tier. A block of the wrong length (written
-// under another block size) is a miss, never served.
+// tierGet looks k up in the cache tier.
 func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
 	if l.tier == nil {
 		return nil, false
 	}
 	data, ok := l.tier.Get(k)
-	if !ok || int64(len(data)) != n {
+	if !ok {
+		return nil, false
+	}
+	if data, ok = l.fit(k, data, n); !ok {
 		return nil, false
 	}
 	l.stats.CacheHits.Add(1)
 	return data, true
+}
+
+// fit checks the length of block k (n bytes) found in the cache tier. A
+// block of another length was written under another block size (see key):
+// a longer one holds this block's bytes at its start, and serves them; a
+// shorter one is of no use, and is removed from the tier, which keeps the
+// first block it holds under a key: the block fetched now takes its place,
+// where it would otherwise be fetched again on every read.
+func (l *Loader) fit(k cache.Key, data []byte, n int64) ([]byte, bool) {
+	if int64(len(data)) >= n {
+		return data[:n:n], true
+	}
+	if r, ok := l.tier.(interface{ Remove(cache.Key) }); ok {
+		r.Remove(k)
+	}
+	return nil, false
 }
 
 // newReadFlightLocked registers and starts the fetch of a block a read

@@ -106,6 +106,69 @@ func TestCacheAcrossBlockSizes(t *testing.T) {
 	}
 }
 
+// TestCacheAcrossBlockSizesOnDisk: a disk tier keeps the first block it
+// holds under a key, and a block written under a smaller block size is
+// shorter than the block a larger size names at the same offset. Such a
+// block is fetched once under the larger size and takes the short one's
+// place, on the disk tier alone and through a RAM tier that a remount
+// drains to it; a block longer than asked serves its start.
+func TestCacheAcrossBlockSizesOnDisk(t *testing.T) {
+	setups := []struct {
+		name string
+		// mount returns the tier a pass reads through, and its unmount.
+		mount func(t *testing.T, disk *cache.Disk) (cache.Tier, func())
+	}{
+		{"disk", func(t *testing.T, disk *cache.Disk) (cache.Tier, func()) { return disk, disk.Flush }},
+		{"ram+disk, remounted", func(t *testing.T, disk *cache.Disk) (cache.Tier, func()) {
+			ram, err := cache.NewRAM(64<<20, &cache.Stats{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tier := cache.NewTiered(ram, disk)
+			return tier, func() {
+				tier.Drain(time.Now().Add(10 * time.Second))
+				ram.Close()
+			}
+		}},
+	}
+	passes := []struct {
+		block int64
+		gets  int64
+	}{
+		{128 << 10, 4}, // every block fetched
+		{64 << 10, 4},  // those at 64 KiB past a 128 KiB boundary; the others are the first halves of 128 KiB blocks
+		{64 << 10, 0},
+		{256 << 10, 2}, // the 128 KiB blocks at its offsets are too short
+		{256 << 10, 0}, // and were replaced
+		{128 << 10, 0}, // the first half of a 256 KiB block, or a 128 KiB block
+	}
+	for _, setup := range setups {
+		t.Run(setup.name, func(t *testing.T) {
+			st := newFakeStore()
+			obj := st.add("d/f", 512<<10)
+			disk, err := cache.NewDisk(cache.DefaultDiskOptions(t.TempDir(), 64<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { disk.Close() })
+			for i, pass := range passes {
+				tier, unmount := setup.mount(t, disk)
+				before := st.gets.Load()
+				l := NewLoader(st, tier, Options{BlockSize: pass.block, SmallObject: 32 << 10, Stats: &Stats{}})
+				got, err := readAll(context.Background(), l, obj, 16<<10)
+				l.Close()
+				unmount()
+				if err != nil || !bytes.Equal(got, st.data(obj.Key)) {
+					t.Fatalf("pass %d, block size %d KiB: err %v, equal %v", i+1, pass.block>>10, err, bytes.Equal(got, st.data(obj.Key)))
+				}
+				if gets := st.gets.Load() - before; gets != pass.gets {
+					t.Errorf("pass %d, block size %d KiB: %d GETs, want %d", i+1, pass.block>>10, gets, pass.gets)
+				}
+			}
+		})
+	}
+}
+
 func TestCachedBlockIsNotFetchedAgain(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("d/f", 300<<10)
