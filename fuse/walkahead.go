@@ -41,11 +41,35 @@ type walkAhead struct {
 	parallel int
 	log      *slog.Logger
 
+	maxParents int // bounds parents
+
 	mu      sync.Mutex
 	parents map[string]*walkedParent // guarded by mu; by parent directory
 	queue   []walkItem               // guarded by mu: siblings to list, in order
 	inside  []walkItem               // guarded by mu: subdirectories to list first, a stack
 	running int                      // guarded by mu: workers alive
+}
+
+// pruneLocked makes room in parents, which a mount that walks more
+// directories than it bounds would otherwise fill for good, and then list
+// nothing ahead: the parents whose window has not moved for the metadata
+// TTL go (a walk of them would start over anyway), and, when fewer than an
+// eighth go that way, others at random up to an eighth: the state is a
+// hint, a parent dropped in a walk starts its window over, and the scan of
+// the map is paid once per eighth of it. Called with w.mu held.
+func (w *walkAhead) pruneLocked(now time.Time) {
+	keep := w.maxParents - max(1, w.maxParents/8)
+	for dir, p := range w.parents {
+		if now.Sub(p.at) >= w.ns.ttl {
+			delete(w.parents, dir)
+		}
+	}
+	for dir := range w.parents {
+		if len(w.parents) <= keep {
+			break
+		}
+		delete(w.parents, dir)
+	}
 }
 
 // walkItem is a directory to list ahead, and how many levels of its
@@ -71,7 +95,7 @@ type walkedParent struct {
 }
 
 func newWalkAhead(ctx context.Context, ns *namespace, parallel int, log *slog.Logger) *walkAhead {
-	return &walkAhead{ns: ns, ctx: ctx, parallel: parallel, log: log, parents: map[string]*walkedParent{}}
+	return &walkAhead{ns: ns, ctx: ctx, parallel: parallel, log: log, maxParents: maxWalkQueue, parents: map[string]*walkedParent{}}
 }
 
 // listed records that dir (a key prefix ending in "/", below the mount's
@@ -115,9 +139,8 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 	w.mu.Lock()
 	p := w.parents[dir]
 	if p == nil {
-		if len(w.parents) >= maxWalkQueue {
-			w.mu.Unlock()
-			return 0, false
+		if len(w.parents) >= w.maxParents {
+			w.pruneLocked(now)
 		}
 		p = &walkedParent{}
 		w.parents[dir] = p

@@ -367,3 +367,48 @@ func BenchmarkWalkAheadListed(b *testing.B) {
 		w.listed(dirs[i%n])
 	}
 }
+
+// TestWalkAheadPastMaxParents: a mount that has walked more parent
+// directories than it tracks still lists ahead in the next one it walks.
+func TestWalkAheadPastMaxParents(t *testing.T) {
+	const parents, subs, maxParents = 12, 8, 4
+	objs := map[string][]byte{}
+	top := store.ManifestDir{Dir: "ds/"}
+	listings := []store.ManifestDir{top}
+	for p := range parents {
+		dir := store.ManifestDir{Dir: fmt.Sprintf("ds/p%02d/", p)}
+		listings[0].Subdirs = append(listings[0].Subdirs, fmt.Sprintf("p%02d", p))
+		for s := range subs {
+			dir.Subdirs = append(dir.Subdirs, fmt.Sprintf("d%d", s))
+			objs[fmt.Sprintf("ds/p%02d/d%d/f", p, s)] = []byte("x")
+		}
+		listings = append(listings, dir)
+	}
+	st := &listCounter{memStore: memStore{objs: objs}, lists: map[string]int{}}
+	ns := newNamespace(st, time.Hour, slog.New(slog.DiscardHandler))
+	ns.restore("", listings) // the parents are listed; their subdirectories are not
+	w := newWalkAhead(t.Context(), ns, 4, slog.New(slog.DiscardHandler))
+	w.maxParents = maxParents
+	idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }
+	for p := range parents {
+		// The walker lists the first two subdirectories itself.
+		for s := range 2 {
+			dir := fmt.Sprintf("ds/p%02d/d%d/", p, s)
+			if _, err := ns.list(t.Context(), dir); err != nil {
+				t.Fatal(err)
+			}
+			w.listed(dir)
+		}
+		waitFor(t, "the workers to stop", idle)
+		n, _ := st.counts()
+		for s := 2; s < subs; s++ {
+			if dir := fmt.Sprintf("ds/p%02d/d%d/", p, s); n[dir] != 1 {
+				t.Fatalf("parent %d of %d (tracking at most %d): %s listed ahead %d times, want once", p+1, parents, maxParents, dir, n[dir])
+			}
+		}
+	}
+	if w.mu.Lock(); len(w.parents) > maxParents {
+		t.Errorf("%d parents tracked, want at most %d", len(w.parents), maxParents)
+	}
+	w.mu.Unlock()
+}
