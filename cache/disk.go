@@ -632,6 +632,9 @@ func (d *Disk) putWait(k Key, b []byte) bool {
 	return true
 }
 
+// written counts the blocks the tier wrote (for Tiered.Drain).
+func (d *Disk) written() int64 { return d.stats.DiskWrites.Load() }
+
 // done ends a queued write of n bytes (written or not).
 func (d *Disk) done(n int64) {
 	d.pendMu.Lock()

@@ -496,7 +496,7 @@ func decodeChunks(raw, stored []byte, first int, h *recHeader) error {
 		if !compressed {
 			copy(want, chunk)
 		} else if _, err := s2.Decode(want, chunk); err != nil {
-			return fmt.Errorf("%w: chunk %d: decompress: %v", errCorrupt, c, err)
+			return fmt.Errorf("%w: chunk %d: decompress: %w", errCorrupt, c, err)
 		}
 		stored = stored[len(chunk):]
 	}
@@ -571,7 +571,7 @@ func decodePayload(buf []byte, h *recHeader) ([]byte, error) {
 		}
 		raw, err = s2.Decode(make([]byte, n), payload)
 		if err != nil {
-			return nil, fmt.Errorf("%w: decompress: %v", errCorrupt, err)
+			return nil, fmt.Errorf("%w: decompress: %w", errCorrupt, err)
 		}
 	}
 	if uint64(len(raw)) != h.rawLen {

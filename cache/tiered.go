@@ -50,31 +50,38 @@ func (t *Tiered) toDisk(k Key, b []byte) {
 	}
 }
 
-// waiter is a disk tier that can wait for room in its write queue.
-type waiter interface{ putWait(Key, []byte) bool }
+// waiter is a disk tier that can wait for room in its write queue, and
+// count the blocks it wrote.
+type waiter interface {
+	putWait(Key, []byte) bool
+	written() int64
+}
 
 // Drain writes to the disk tier the blocks that only RAM holds, waiting
 // for the writes, until deadline. It reports how many blocks it saved and
-// how many it left (deadline passed, disk tier closed or failing). Call it
-// when the mount ends, before closing the tiers.
+// how many it left (deadline passed, disk tier closed, failing or full: a
+// block queued is saved only once written). Call it when the mount ends,
+// before closing the tiers, with no other writes going on.
 func (t *Tiered) Drain(deadline time.Time) (saved, left int) {
 	w, ok := t.disk.(waiter)
 	if t.victimRAM == nil || !ok {
 		return 0, 0
 	}
+	before, queued := w.written(), 0
 	t.victimRAM.drain(func(k Key, b []byte) {
 		switch {
 		case t.onDisk(k):
 		case time.Now().After(deadline) || !w.putWait(k, b):
 			left++
 		default:
-			saved++
+			queued++
 		}
 	})
 	if f, ok := t.disk.(flusher); ok {
 		f.Flush()
 	}
-	return saved, left
+	saved = min(int(w.written()-before), queued)
+	return saved, left + queued - saved
 }
 
 // nilTier turns a typed nil pointer inside an interface into a nil interface.

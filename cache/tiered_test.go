@@ -195,3 +195,34 @@ func newTiered(t *testing.T, ramBytes int64) (*Tiered, *RAM, *Disk, *Stats) {
 	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
 	return NewTiered(r, d), r, d, stats
 }
+
+// TestTieredDrainFullDisk: Drain counts as saved the blocks the disk tier
+// wrote, not those it queued and then refused for want of room.
+func TestTieredDrainFullDisk(t *testing.T) {
+	const size, blocks = 64 << 10, 32
+	stats := &Stats{}
+	r, err := NewRAM(4<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 * size, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	tt := NewTiered(r, d)
+	keys := make([]Key, blocks) // 2 MiB: fits in RAM, not on disk
+	for i := range keys {
+		keys[i] = testKey("k", int64(i))
+		tt.Put(keys[i], blockFor(keys[i], size))
+	}
+	tt.Flush()
+	saved, left := tt.Drain(time.Now().Add(10 * time.Second))
+	onDisk := 0
+	for _, k := range keys {
+		if d.Contains(k) {
+			onDisk++
+		}
+	}
+	if saved+left != blocks || left == 0 || saved != onDisk {
+		t.Fatalf("Drain saved %d, left %d, with %d of %d blocks on a disk with room for 8; want saved = on disk, saved + left = %d",
+			saved, left, onDisk, blocks, blocks)
+	}
+}
