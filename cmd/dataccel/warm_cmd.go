@@ -190,22 +190,18 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	// The disk tier writes in the background and drops a write when its
 	// queue is full (a reader must never wait on it); warm does want every
 	// block, so it checks what landed and fetches the rest again.
-	var failed []warmFailure
-	var werr error
-	pending := objs
-	for pass := 1; len(pending) > 0; pass++ {
+	failed, werr := warmPasses(objs, func(pass int, pending []store.Object) ([]warmFailure, bool, error) {
 		label := "warm"
 		if pass > 1 {
 			label = fmt.Sprintf("warm, pass %d", pass)
 		}
 		dropped := cstats.DiskDropped.Load()
-		failed, werr = warmEach(ctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), loader.Fill)
+		failed, err := warmEach(ctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), loader.Fill)
 		disk.Flush()
-		if werr != nil || pass == 3 || cstats.DiskDropped.Load() == dropped {
-			break
-		}
-		pending = notCached(loader, pending, failed)
-	}
+		return failed, cstats.DiskDropped.Load() > dropped, err
+	}, func(pending []store.Object, failed []warmFailure) []store.Object {
+		return notCached(loader, pending, failed)
+	})
 	disk.Flush()
 	s := cstats.Snapshot()
 	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
@@ -320,6 +316,25 @@ func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPl
 		return fmt.Errorf("warm interrupted (%w): run it again to make the rest", werr)
 	}
 	return reportFailures(failed, "local copies")
+}
+
+// warmPasses runs pass over objs and, while the disk tier dropped writes
+// in the pass before (its queue was full), again over the objects missing
+// from the cache but the failed ones, three passes at most. It returns the
+// failures of every pass: a later pass skips those of the one before, and
+// must not make them look cached.
+func warmPasses(objs []store.Object, pass func(n int, pending []store.Object) (failed []warmFailure, dropped bool, err error),
+	missing func(pending []store.Object, failed []warmFailure) []store.Object) ([]warmFailure, error) {
+	var failed []warmFailure
+	for n, pending := 1, objs; len(pending) > 0; n++ {
+		f, dropped, err := pass(n, pending)
+		failed = append(failed, f...)
+		if err != nil || n == 3 || !dropped {
+			return failed, err
+		}
+		pending = missing(pending, failed)
+	}
+	return failed, nil
 }
 
 // warmEach runs fn on every object of objs, concurrency at a time, and

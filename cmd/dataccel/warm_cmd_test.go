@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+
+	"github.com/dataccel/dataccel/store"
 )
 
 // TestReadList: warm --list takes the lists bench run --files-from takes
@@ -21,5 +25,41 @@ func TestReadList(t *testing.T) {
 	want := map[string]bool{"a/1.jpg": true, "b/2.jpg": true, "c/3.jpg": true, "e.jpg": true}
 	if !maps.Equal(got, want) {
 		t.Errorf("readList = %v, want %v", got, want)
+	}
+}
+
+// TestWarmPassesKeepFailures: an object that failed in the first pass is
+// still reported after a second pass (run because the disk tier dropped
+// writes) that had no failure of its own, so warm does not exit 0.
+func TestWarmPassesKeepFailures(t *testing.T) {
+	objs := []store.Object{{Key: "bad"}, {Key: "dropped"}, {Key: "fine"}}
+	var passes [][]string
+	failed, err := warmPasses(objs, func(n int, pending []store.Object) ([]warmFailure, bool, error) {
+		var keys []string
+		var failed []warmFailure
+		for _, o := range pending {
+			keys = append(keys, o.Key)
+			if o.Key == "bad" {
+				failed = append(failed, warmFailure{o.Key, errors.New("access denied")})
+			}
+		}
+		passes = append(passes, keys)
+		return failed, n == 1, nil // the first pass dropped a write
+	}, func(pending []store.Object, failed []warmFailure) []store.Object {
+		for _, f := range failed {
+			if f.key != "bad" {
+				t.Errorf("failure of %q reported; only bad failed", f.key)
+			}
+		}
+		return []store.Object{{Key: "dropped"}} // not cached, not failed
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"bad", "dropped", "fine"}, {"dropped"}}; !reflect.DeepEqual(passes, want) {
+		t.Errorf("passes read %v, want %v", passes, want)
+	}
+	if len(failed) != 1 || failed[0].key != "bad" {
+		t.Errorf("failures %v, want bad's alone", failed)
 	}
 }
