@@ -18,12 +18,12 @@ import (
 
 // newBenchCmd is `dataccel bench gen|run|compare-report`.
 func newBenchCmd(logger *slog.Logger) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "bench",
 		Short: "Generate a dataset and measure how fast paths load it (MLPerf Storage / DLIO style)",
 		Long: `bench generates ImageNet-like datasets and emulates a training data loader over
 directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
-	}
+	})
 	cmd.AddCommand(newBenchGenCmd(), newBenchRunCmd(logger), newBenchCompareReportCmd())
 	return cmd
 }

@@ -21,10 +21,10 @@ const mountRecord = "mounted-at"
 
 func newCacheCmd() *cobra.Command {
 	var dir string
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "cache",
 		Short: "Inspect or empty a disk cache directory",
-	}
+	})
 	cmd.PersistentFlags().StringVar(&dir, "cache-dir", "", "the disk cache directory")
 	need := func() error {
 		if dir == "" {

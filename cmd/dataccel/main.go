@@ -38,6 +38,20 @@ func run(args []string) int {
 	return 0
 }
 
+// group makes cmd, which only holds subcommands, fail on an unknown one:
+// cobra would show its help and exit 0, so that a script's mistyped
+// `dataccel cache purg` would pass for done.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())}
+		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	return cmd
+}
+
 // usageError marks bad flags or arguments (exit code 2).
 type usageError struct{ error }
 

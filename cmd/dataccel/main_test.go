@@ -99,6 +99,8 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: `bucket "no-such-bucket-x" does not exist`, checkMounted: true},
 		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "not accepted as flags"},
+		{name: "credentials in the endpoint", args: []string{"mount", "--endpoint", strings.Replace(srv.Endpoint, "://", "://"+srv.AccessKey+":"+srv.SecretKey+"@", 1),
+			"s3://no-such-bucket-x", "MNT"}, wantMsg: "--endpoint must not carry credentials", checkMounted: true},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
 		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},
 		{name: "bad passthrough-min-size", args: []string{"mount", "--passthrough-min-size", "big", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--passthrough-min-size"},
@@ -323,6 +325,32 @@ func TestHumanBytes(t *testing.T) {
 		}
 		if got := sizeOrOff(c.n); got != c.flag {
 			t.Errorf("sizeOrOff(%d) = %q, want %q", c.n, got, c.flag)
+		}
+	}
+}
+
+// TestUnknownSubcommand: a mistyped subcommand of a group is a usage error
+// (exit 2), not its help with exit 0, which a script would take for done;
+// the group alone still shows its help.
+func TestUnknownSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		word string
+	}{
+		{[]string{"cache", "purg", "--cache-dir", t.TempDir()}, "purg"},
+		{[]string{"bench", "rn", "/tmp"}, "rn"},
+		{[]string{"mont"}, "mont"},
+	} {
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), fmt.Sprintf("unknown command %q", tc.word)) {
+			t.Errorf("dataccel %v: %v, want a non-zero exit saying unknown command %q; output:\n%s", tc.args, err, tc.word, out)
+		}
+	}
+	for _, group := range []string{"cache", "bench"} {
+		out, err := exec.Command(bin, group).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Available Commands") {
+			t.Errorf("dataccel %s: %v, want its help; output:\n%s", group, err, out)
 		}
 	}
 }
