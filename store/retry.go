@@ -84,7 +84,7 @@ func Retryable(err error) bool {
 		return true // our watchdog cut it: the cancel is not the caller's
 	case err == nil,
 		errors.Is(err, ErrNotExist), errors.Is(err, ErrNoBucket),
-		errors.Is(err, ErrAccess), errors.Is(err, ErrChanged),
+		errors.Is(err, ErrAccess), errors.Is(err, ErrChanged), errors.Is(err, ErrRefused),
 		errors.Is(err, context.Canceled):
 		return false
 	}

@@ -48,4 +48,8 @@ var (
 	ErrAccess   = errors.New("access denied")
 	// ErrNoBucket: the bucket itself is missing (not just a key).
 	ErrNoBucket = errors.New("bucket does not exist")
+	// ErrRefused: the store refused the request itself (a 4xx answer
+	// other than those above, a timeout or throttling: a bad range, a
+	// wrong region), which sending it again cannot change.
+	ErrRefused = errors.New("request refused by the store")
 )

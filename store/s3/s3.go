@@ -275,6 +275,8 @@ func mapErr(err error) error {
 		sentinel = store.ErrAccess
 	case "PreconditionFailed":
 		sentinel = store.ErrChanged
+	case "PermanentRedirect": // a 301: the bucket lives in another region
+		sentinel = store.ErrRefused
 	default:
 		switch resp.StatusCode {
 		case http.StatusNotFound:
@@ -283,6 +285,12 @@ func mapErr(err error) error {
 			sentinel = store.ErrAccess
 		case http.StatusPreconditionFailed:
 			sentinel = store.ErrChanged
+		case http.StatusRequestTimeout, http.StatusTooManyRequests:
+			// retryable
+		default:
+			if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+				sentinel = store.ErrRefused
+			}
 		}
 	}
 	if sentinel == nil {

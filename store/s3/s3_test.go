@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
@@ -91,6 +92,17 @@ func TestErrors(t *testing.T) {
 	}
 	if err := st.Check(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A range past the end (416) is refused for good: sending it again
+	// changes nothing, so the retry layer returns it at once.
+	obj2 := testenv.Put(t, st, "short", []byte("ten bytes!"))
+	if _, err := st.ReadRange(ctx, obj2, 100, 5); !errors.Is(err, store.ErrRefused) {
+		t.Fatalf("read past the end: %v, want ErrRefused", err)
+	}
+	stats := &store.RetryStats{}
+	r := store.NewRetrying(st, store.RetryOptions{IOTimeout: time.Minute, Stats: stats})
+	if _, err := r.ReadRange(ctx, obj2, 100, 5); !errors.Is(err, store.ErrRefused) || stats.Retries.Load() != 0 {
+		t.Fatalf("read past the end through the retry layer: %v after %d retries, want ErrRefused after none", err, stats.Retries.Load())
 	}
 }
 
