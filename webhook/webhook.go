@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -90,6 +91,9 @@ const (
 	DefaultMaxInflight   = 128
 	DefaultHTTPPort      = 9100
 	DefaultMetadataTTL   = "1h"
+	// MaxInflightLimit is the most GETs in flight the sidecar's
+	// --max-inflight takes.
+	MaxInflightLimit = 4096
 )
 
 // memoryHeadroom is added to the RAM cache for the sidecar's memory request
@@ -143,8 +147,11 @@ func (c Config) Validate() error {
 	if !path.IsAbs(c.CacheHostPath) || path.Clean(c.CacheHostPath) != c.CacheHostPath || c.CacheHostPath == "/" {
 		return fmt.Errorf("cache host path %q: want a clean absolute directory other than /", c.CacheHostPath)
 	}
-	if c.MaxInflight < 1 {
-		return fmt.Errorf("max inflight %d: must be at least 1", c.MaxInflight)
+	if c.MaxInflight < 1 || c.MaxInflight > MaxInflightLimit {
+		return fmt.Errorf("max inflight %d: want 1..%d (the sidecar's bound)", c.MaxInflight, MaxInflightLimit)
+	}
+	if ttl, err := time.ParseDuration(c.MetadataTTL); err != nil || ttl <= 0 {
+		return fmt.Errorf("metadata ttl %q: want a positive duration such as 1h or 90s", c.MetadataTTL)
 	}
 	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return fmt.Errorf("http port %d: out of range", c.HTTPPort)

@@ -453,6 +453,11 @@ func TestConfigValidate(t *testing.T) {
 		{"bad default cache size", func(c *webhook.Config) { c.CacheSize = "big" }, false},
 		{"bad default endpoint", func(c *webhook.Config) { c.Endpoint = "minio:9000" }, false},
 		{"bad pull policy", func(c *webhook.Config) { c.ImagePullPolicy = "Sometimes" }, false},
+		{"metadata ttl without a unit", func(c *webhook.Config) { c.MetadataTTL = "90" }, false},
+		{"zero metadata ttl", func(c *webhook.Config) { c.MetadataTTL = "0s" }, false},
+		{"metadata ttl", func(c *webhook.Config) { c.MetadataTTL = "90s" }, true},
+		{"max inflight over the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit + 1 }, false},
+		{"max inflight at the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"github.com/dataccel/dataccel/serve"
 	"github.com/dataccel/dataccel/store"
 	"github.com/dataccel/dataccel/store/s3"
+	"github.com/dataccel/dataccel/webhook"
 )
 
 type mountFlags struct {
@@ -155,8 +156,8 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if f.listAhead < 0 || f.listAhead > 256 {
 		return p, usageError{fmt.Errorf("--list-ahead %d: want 0..256", f.listAhead)}
 	}
-	if f.maxInflight < 1 || f.maxInflight > 4096 {
-		return p, usageError{fmt.Errorf("--max-inflight %d: want 1..4096", f.maxInflight)}
+	if f.maxInflight < 1 || f.maxInflight > webhook.MaxInflightLimit {
+		return p, usageError{fmt.Errorf("--max-inflight %d: want 1..%d", f.maxInflight, webhook.MaxInflightLimit)}
 	}
 	switch f.prefetch {
 	case "on", "off":
