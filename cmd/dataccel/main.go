@@ -25,6 +25,10 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts an orderly end (a mount saves its RAM cache,
+	// up to 20 s); a second one ends the process at once, as a user who
+	// presses Ctrl-C twice means.
+	context.AfterFunc(ctx, stop)
 	root := newRootCmd()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

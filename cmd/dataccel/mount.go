@@ -384,6 +384,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			}
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted before mounting: %w", err) // a signal during the start: mount nothing
+	}
 
 	m, err := fuse.New(dir, fuse.Config{
 		Store:              st,
