@@ -95,7 +95,8 @@ type ScoreInput struct {
 	BenchPath string
 	// IOFactor, when > 0, is F_io for every offer (no bench needed).
 	IOFactor float64
-	// Epochs is E and ColdEpochs k of the training job.
+	// Epochs is E (default: the bench's epochs, else 1) and ColdEpochs k
+	// of the training job: 0 for a cache warmed before it.
 	Epochs, ColdEpochs int
 	// Samples per epoch (default: the bench's, else ImageNet-1K's 1,281,167).
 	Samples int64
@@ -154,9 +155,7 @@ func (in ScoreInput) Resolved() ScoreInput {
 			in.Epochs = in.Bench.Config.Epochs
 		}
 	}
-	if in.ColdEpochs <= 0 {
-		in.ColdEpochs = 1
-	}
+	in.ColdEpochs = min(max(in.ColdEpochs, 0), in.Epochs)
 	if in.Samples <= 0 {
 		in.Samples = imagenet1kSamples
 		if in.Bench != nil && len(in.Bench.Paths) > 0 {

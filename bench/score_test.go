@@ -198,3 +198,24 @@ func TestLoadOffersRejects(t *testing.T) {
 		})
 	}
 }
+
+// A cache warmed before the job (k = 0) makes every epoch a warm one:
+// F_io = T_compute / T_warm, where k = 1 charges one cold epoch.
+func TestScoreNoColdEpoch(t *testing.T) {
+	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
+		{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: 1000, TIOWarmS: 200}},
+	}}
+	offers := []Offer{{Name: "x", Count: 1, PricePerHour: 1, ComputePerSampleS: 0.001}} // T_compute 100 s
+	for _, tc := range []struct {
+		cold int
+		fio  float64
+	}{{0, 100.0 / 200}, {1, 10 * 100.0 / (1000 + 9*200)}} {
+		got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 10, ColdEpochs: tc.cold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(got[0].FIO, tc.fio, 1e-12) {
+			t.Errorf("k = %d: F_io %v, want %v", tc.cold, got[0].FIO, tc.fio)
+		}
+	}
+}

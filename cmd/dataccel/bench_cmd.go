@@ -334,11 +334,18 @@ See bench/README.md and bench/offers.example.yaml.`,
 			if offersFile == "" {
 				return usageError{errors.New("--offers is required")}
 			}
-			if benchFile == "" && in.IOFactor <= 0 {
-				return usageError{errors.New("give --bench result.json or --io-factor")}
-			}
-			if in.IOFactor > 1 {
+			ioFactor := cmd.Flags().Changed("io-factor")
+			switch {
+			case (benchFile == "") == !ioFactor:
+				return usageError{errors.New("give one of --bench result.json and --io-factor")}
+			case ioFactor && (in.IOFactor <= 0 || in.IOFactor > 1):
 				return usageError{fmt.Errorf("--io-factor %v: want a value in (0, 1]", in.IOFactor)}
+			case in.Epochs < 1:
+				return usageError{fmt.Errorf("--epochs %d: want at least 1", in.Epochs)}
+			case in.ColdEpochs < 0 || in.ColdEpochs > in.Epochs:
+				return usageError{fmt.Errorf("--cold-epochs %d: want 0..--epochs (0: a cache warmed before the job)", in.ColdEpochs)}
+			case in.Samples < 0:
+				return usageError{fmt.Errorf("--samples %d: want a count", in.Samples)}
 			}
 			of, err := os.Open(offersFile)
 			if err != nil {
@@ -375,7 +382,7 @@ See bench/README.md and bench/offers.example.yaml.`,
 	fl.StringVar(&benchPath, "path", "", "bench path that models the storage of offers without bench_path (default: the first)")
 	fl.Float64Var(&in.IOFactor, "io-factor", 0, "F_io for every offer, instead of a bench result")
 	fl.IntVar(&in.Epochs, "epochs", 90, "E: epochs of the training job")
-	fl.IntVar(&in.ColdEpochs, "cold-epochs", 1, "k: epochs that start with a cold cache")
+	fl.IntVar(&in.ColdEpochs, "cold-epochs", 1, "k: epochs that start with a cold cache (0: a cache warmed before the job)")
 	fl.Int64Var(&in.Samples, "samples", 0, "samples per epoch (default: the bench's file count, else 1,281,167)")
 	return cmd
 }

@@ -354,3 +354,30 @@ func TestUnknownSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreUsageErrors: score takes one source of F_io and a job it can
+// model, and says so otherwise (exit 2), instead of changing what it got.
+func TestScoreUsageErrors(t *testing.T) {
+	offers := filepath.Join("..", "..", "bench", "offers.example.yaml")
+	for _, tc := range []struct {
+		args    []string
+		wantMsg string
+	}{
+		{[]string{"--io-factor", "0.5", "--bench", "r.json"}, "give one of --bench result.json and --io-factor"},
+		{[]string{}, "give one of --bench result.json and --io-factor"},
+		{[]string{"--io-factor", "-1"}, "--io-factor -1: want a value in (0, 1]"},
+		{[]string{"--io-factor", "0.5", "--epochs", "0"}, "--epochs 0: want at least 1"},
+		{[]string{"--io-factor", "0.5", "--epochs", "3", "--cold-epochs", "4"}, "--cold-epochs 4: want 0..--epochs"},
+		{[]string{"--io-factor", "0.5", "--cold-epochs", "-1"}, "--cold-epochs -1"},
+	} {
+		out, err := exec.Command(bin, append([]string{"score", "--offers", offers}, tc.args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.wantMsg) {
+			t.Errorf("score %v: %v, want exit 2 saying %q; output:\n%s", tc.args, err, tc.wantMsg, out)
+		}
+	}
+	out, err := exec.Command(bin, "score", "--offers", offers, "--io-factor", "0.5", "--cold-epochs", "0").CombinedOutput()
+	if err != nil {
+		t.Errorf("score with a cache warmed before the job (--cold-epochs 0): %v\n%s", err, out)
+	}
+}
