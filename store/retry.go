@@ -85,7 +85,7 @@ func Retryable(err error) bool {
 	case err == nil,
 		errors.Is(err, ErrNotExist), errors.Is(err, ErrNoBucket),
 		errors.Is(err, ErrAccess), errors.Is(err, ErrChanged), errors.Is(err, ErrRefused),
-		errors.Is(err, context.Canceled):
+		errors.Is(err, context.Canceled), errors.Is(err, errStopped):
 		return false
 	}
 	return true
@@ -93,7 +93,20 @@ func Retryable(err error) bool {
 
 // do runs op until it succeeds, fails for good, or the IOTimeout passes.
 func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Context) error) error {
-	deadline := time.Now().Add(r.opts.IOTimeout)
+	return r.doSince(ctx, what, nil, op)
+}
+
+// doSince is do with the IOTimeout counted from *progress, when op sets it
+// later than the start (nil: from the start): a long listing that moves on
+// is not cut at IOTimeout from its first page.
+func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time, op func(ctx context.Context) error) error {
+	start := time.Now()
+	deadlineAt := func() time.Time {
+		if progress != nil && progress.After(start) {
+			return progress.Add(r.opts.IOTimeout)
+		}
+		return start.Add(r.opts.IOTimeout)
+	}
 	var err error
 	for attempt := 0; attempt < r.opts.Attempts; attempt++ {
 		if attempt > 0 {
@@ -104,7 +117,7 @@ func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Cont
 			// last attempt comes at the deadline, so a store that is back
 			// by then is still reached (giving up at the first long draw
 			// could end the retries well before IOTimeout).
-			left := time.Until(deadline)
+			left := time.Until(deadlineAt())
 			if left <= 0 {
 				break
 			}
@@ -122,7 +135,7 @@ func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Cont
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !Retryable(err) || time.Now().After(deadline) {
+		if !Retryable(err) || time.Now().After(deadlineAt()) {
 			break
 		}
 	}
@@ -179,11 +192,16 @@ func (r *Retrying) Stat(ctx context.Context, key string) (Object, error) {
 	return obj, err
 }
 
+// errStopped marks a listing that fn stopped: final, never retried.
+var errStopped = errors.New("listing stopped by its caller")
+
 func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error {
-	// A retried listing starts over: skip what fn has already seen.
+	// A retried listing starts over: skip what fn has already seen. Each
+	// new key is progress: the IOTimeout counts from the last one.
 	seen := map[string]bool{}
 	var fnErr error
-	err := r.do(ctx, "list "+prefix, func(ctx context.Context) error {
+	var last time.Time
+	err := r.doSince(ctx, "list "+prefix, &last, func(ctx context.Context) error {
 		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
 		defer w.stop()
 		err := r.Store.List(rctx, prefix, recursive, func(o Object) error {
@@ -192,6 +210,7 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 				return nil
 			}
 			seen[o.Key] = true
+			last = time.Now()
 			if err := fn(o); err != nil {
 				fnErr = err
 				return err
@@ -199,7 +218,7 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 			return nil
 		})
 		if fnErr != nil {
-			return fnErr
+			return fmt.Errorf("%w: %w", errStopped, fnErr)
 		}
 		return w.explain(err)
 	})

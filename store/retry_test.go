@@ -241,3 +241,60 @@ func TestStallsUntilIOTimeout(t *testing.T) {
 		})
 	}
 }
+
+// slowLister lists keys one every gap; its first listing fails after them
+// all (a connection reset on the last page), the next ones succeed.
+type slowLister struct {
+	store.Store
+	keys  []string
+	gap   time.Duration
+	calls int
+}
+
+func (s *slowLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	s.calls++
+	for _, k := range s.keys {
+		time.Sleep(s.gap)
+		if err := fn(store.Object{Key: k}); err != nil {
+			return err
+		}
+	}
+	if s.calls == 1 {
+		return errors.New("connection reset by peer")
+	}
+	return nil
+}
+
+// TestListProgressExtendsIOTimeout: a listing that keeps bringing keys is
+// retried after a failure even when it has run past the io timeout since
+// its first page; only a timeout since the last new key ends it.
+func TestListProgressExtendsIOTimeout(t *testing.T) {
+	const ioTimeout = 300 * time.Millisecond
+	st := &slowLister{keys: []string{"a", "b", "c", "d", "e", "f"}, gap: 100 * time.Millisecond}
+	r := store.NewRetrying(st, store.RetryOptions{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, IOTimeout: ioTimeout, Attempts: 10})
+	var got []string
+	err := r.List(context.Background(), "", true, func(o store.Object) error { got = append(got, o.Key); return nil })
+	if err != nil || len(got) != len(st.keys) || st.calls != 2 {
+		t.Fatalf("listing of %v (a retryable failure after them, past the io timeout of %s): %v after %d listings, got %v; want the keys once, in two listings",
+			st.keys, ioTimeout, err, st.calls, got)
+	}
+}
+
+// TestListCallerStopIsFinal: an error from fn ends the listing at once:
+// it is returned as it is, never retried, and fn is not called again.
+func TestListCallerStopIsFinal(t *testing.T) {
+	stats := &store.RetryStats{}
+	_, st, _, _ := faultSetup(t, 5, 1<<10, store.RetryOptions{Stats: stats})
+	stop := errors.New("enough")
+	calls := 0
+	err := st.List(context.Background(), "", true, func(store.Object) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 3 || stats.Retries.Load() != 0 {
+		t.Fatalf("List: %v after %d calls of fn and %d retries; want fn's error after 3 calls and none", err, calls, stats.Retries.Load())
+	}
+}
