@@ -159,6 +159,12 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		return nil, mapErr(errorResponse(resp, body, g.bucket, obj.Key))
 	}
+	if resp.StatusCode == http.StatusPartialContent {
+		if err := checkRange(resp.Header.Get("Content-Range"), off, n); err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("range %s: %w", rng, err)
+		}
+	}
 	// A server that ignores If-Match would hand out the new version: check.
 	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); obj.ETag != "" && etag != "" && etag != obj.ETag {
 		resp.Body.Close()
@@ -232,4 +238,36 @@ func errorResponse(resp *http.Response, body []byte, bucket, key string) minio.E
 	}
 	e.StatusCode, e.BucketName, e.Key = resp.StatusCode, bucket, key
 	return e
+}
+
+// checkRange checks that a 206 answer's Content-Range ("bytes a-b/total")
+// holds the bytes asked for, [off, off+n) (n < 0: to the end): a proxy
+// that answers another range would otherwise hand out wrong bytes as
+// these. A range past the object's end ends at its last byte.
+func checkRange(cr string, off, n int64) error {
+	spec, ok := strings.CutPrefix(cr, "bytes ")
+	span, total, ok2 := strings.Cut(spec, "/")
+	first, last, ok3 := strings.Cut(span, "-")
+	a, err1 := strconv.ParseInt(first, 10, 64)
+	b, err2 := strconv.ParseInt(last, 10, 64)
+	if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || b < a {
+		return fmt.Errorf("a partial answer with Content-Range %q", cr)
+	}
+	size, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		size = -1 // "*": unknown
+	}
+	end := off + n - 1
+	switch {
+	case n < 0 && size >= 0:
+		end = size - 1
+	case n < 0:
+		end = b
+	case size >= 0 && end >= size:
+		end = size - 1
+	}
+	if a != off || b != end {
+		return fmt.Errorf("the server answered bytes %d-%d for %d-%d", a, b, off, end)
+	}
+	return nil
 }

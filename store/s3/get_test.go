@@ -146,3 +146,53 @@ func TestEncodePath(t *testing.T) {
 		}
 	}
 }
+
+// TestGetChecksContentRange: a 206 answer is taken only with the range
+// asked for in its Content-Range; a proxy answering another range (or none)
+// is an error, never other bytes of the object read as these.
+func TestGetChecksContentRange(t *testing.T) {
+	const object = "0123456789"
+	var answer atomic.Value // the Content-Range the server sends; "" for the true one
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"e1"`)
+		cr, _ := answer.Load().(string)
+		if cr == "" {
+			http.ServeContent(w, r, "k", time.Time{}, strings.NewReader(object))
+			return
+		}
+		if cr != "none" {
+			w.Header().Set("Content-Range", cr)
+		}
+		w.WriteHeader(http.StatusPartialContent)
+		io.WriteString(w, object[:4])
+	}))
+	t.Cleanup(srv.Close)
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
+		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
+	for _, tc := range []struct {
+		answer  string
+		off, n  int64
+		wantErr bool
+	}{
+		{"", 3, 4, false},  // the true range
+		{"", 6, -1, false}, // to the end
+		{"", 6, 10, false}, // past the end: up to its last byte
+		{"bytes 0-3/10", 3, 4, true},
+		{"bytes 3-7/10", 3, 4, true},
+		{"none", 3, 4, true},
+		{"bytes 3-x/10", 3, 4, true},
+	} {
+		answer.Store(tc.answer)
+		rc, err := st.ReadRange(context.Background(), obj, tc.off, tc.n)
+		if err == nil {
+			rc.Close()
+		}
+		if (err != nil) != tc.wantErr {
+			t.Errorf("answer %q to [%d,+%d): err %v, want an error: %v", tc.answer, tc.off, tc.n, err, tc.wantErr)
+		}
+	}
+}
