@@ -395,11 +395,13 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		c.mu.Lock()
 		want := e.sum
 		c.mu.Unlock()
-		if err = c.verify(e.path, e.size, want); err == nil {
+		switch err = c.verify(e.path, e.size, want); {
+		case err == nil:
 			path, sum = e.path, want
 			c.stats.Adopted.Add(1)
 			c.stats.Reused.Add(1)
-		} else {
+		case c.ctx.Err() != nil: // closing: the check stopped, nothing is known against the copy
+		default:
 			c.stats.Rejected.Add(1)
 			c.log.Warn("local copy kept from the last mount is damaged; making it again", "key", obj.Key, "err", err)
 			os.Remove(e.path)
@@ -407,7 +409,9 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		}
 	}
 	fresh := path == ""
-	if fresh {
+	if fresh && c.ctx.Err() != nil {
+		err = fmt.Errorf("local copy of %s: %w", obj.Key, c.ctx.Err())
+	} else if fresh {
 		path, sum, err = c.write(obj)
 		if err == nil && c.opts.Made != nil {
 			c.opts.Made(obj)
@@ -451,7 +455,9 @@ func (c *Copies) verify(path string, size int64, want uint64) error {
 	bp := c.buf()
 	defer c.bufs.Put(bp)
 	d := xxhash.New()
-	n, err := io.CopyBuffer(d, io.LimitReader(f, size+1), *bp)
+	// Close stops a check as it stops a copy being made: a hash of a
+	// copy of gigabytes takes seconds.
+	n, err := io.CopyBuffer(d, ctxReader{c.ctx, io.LimitReader(f, size+1)}, *bp)
 	switch {
 	case err != nil:
 		return err
@@ -461,6 +467,19 @@ func (c *Copies) verify(path string, size int64, want uint64) error {
 		return errors.New("content does not match its hash")
 	}
 	return nil
+}
+
+// ctxReader reads from r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
 }
 
 func (c *Copies) buf() *[]byte {

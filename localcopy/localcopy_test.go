@@ -368,3 +368,49 @@ func TestKeptForTheNextCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseStopsCheck: Close stops the check of a copy kept from the last
+// mount as it stops a copy being made, and the copy is not called damaged:
+// a hash of a large copy takes seconds.
+func TestCloseStopsCheck(t *testing.T) {
+	big := payload(16<<20, 3)
+	dir := filepath.Join(t.TempDir(), "copies")
+	m := &memOpener{data: map[string][]byte{"big": big}}
+	c, err := New(dir, m, Options{Budget: 1 << 30, Source: "s", Chunk: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, c, obj("big", big), big)()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var stats Stats
+	// One-byte reads: the check of 16 MiB takes many seconds.
+	c2, err := New(dir, m, Options{Budget: 1 << 30, Source: "s", Chunk: 1, Stats: &stats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, release, err := c2.Acquire(context.Background(), obj("big", big))
+		if err == nil {
+			release()
+		}
+		acquired <- err
+	}()
+	for stats.Inflight.Load() == 0 { // the check started
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	c2.Close()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s during the check of a kept copy", took)
+	}
+	if err := <-acquired; err == nil {
+		t.Error("Acquire during Close got the copy whose check was stopped")
+	}
+	if stats.Rejected.Load() != 0 {
+		t.Errorf("a copy whose check Close stopped was counted damaged (%d)", stats.Rejected.Load())
+	}
+}
