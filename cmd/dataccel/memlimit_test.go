@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -193,6 +195,54 @@ func TestPassthroughPlan(t *testing.T) {
 			warned := len(p.warnings) == 1 && strings.Contains(p.warnings[0], "--passthrough-min-size needs --cache-dir")
 			if warned != tc.wantWarn || !tc.wantWarn && len(p.warnings) > 0 {
 				t.Errorf("warnings %q, want the --cache-dir one: %v", p.warnings, tc.wantWarn)
+			}
+		})
+	}
+}
+
+// TestFlagsWithoutEffect: flags of the disk cache given without
+// --cache-dir, and a read order with cross-file prefetch off, are warned
+// about: valid, but most likely not what was meant.
+func TestFlagsWithoutEffect(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // the warnings start so
+	}{
+		{"none", []string{"--cache-dir", "CACHE", "--cache-size", "1GiB", "--manifest", "off"}, nil},
+		{"disk cache flags without a disk cache", []string{"--cache-size", "500GiB", "--cache-compress=false", "--manifest", "refresh"},
+			[]string{"--cache-size has no effect", "--cache-compress has no effect", "--manifest has no effect"}},
+		{"a read order without cross-file prefetch", []string{"--prefetch", "off", "--prefetch-list", "LIST"},
+			[]string{"--prefetch-list with --prefetch off"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f mountFlags
+			cmd := &cobra.Command{}
+			f.register(cmd)
+			f.changed = cmd.Flags().Changed
+			args := append([]string{"--ram-cache-size", "1GiB"}, tc.args...)
+			for i, a := range args {
+				switch a {
+				case "CACHE":
+					args[i] = t.TempDir()
+				case "LIST":
+					args[i] = filepath.Join(t.TempDir(), "list")
+					os.WriteFile(args[i], []byte("a/b.jpg\n"), 0o644)
+				}
+			}
+			if err := cmd.Flags().Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			p, err := f.plan("s3://bucket/prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := len(p.warnings) == len(tc.want)
+			for i := 0; ok && i < len(tc.want); i++ {
+				ok = strings.HasPrefix(p.warnings[i], tc.want[i])
+			}
+			if !ok {
+				t.Errorf("warnings %q, want %q", p.warnings, tc.want)
 			}
 		})
 	}

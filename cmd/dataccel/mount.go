@@ -61,6 +61,8 @@ type mountFlags struct {
 	httpAddr  string
 	readyFile string
 	pprofAddr string
+
+	changed func(flag string) bool // whether the command line set the flag (nil: none)
 }
 
 func (f *mountFlags) register(cmd *cobra.Command) {
@@ -111,6 +113,7 @@ func newMountCmd(logger *slog.Logger) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.changed = cmd.Flags().Changed
 			return runMount(cmd.Context(), logger, f, args[0], args[1])
 		},
 	}
@@ -239,6 +242,16 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		if p.minFree == 0 {
 			p.minFree = -1 // the cache's "no floor"
 		}
+	}
+	if f.cacheDir == "" && f.changed != nil {
+		for _, fl := range []string{"cache-size", "cache-min-free", "cache-compress", "local-copies", "manifest"} {
+			if f.changed(fl) {
+				p.warnings = append(p.warnings, "--"+fl+" has no effect without --cache-dir (no disk cache)")
+			}
+		}
+	}
+	if f.prefetchList != "" && !p.crossFile {
+		p.warnings = append(p.warnings, "--prefetch-list with --prefetch off: the list's directories are listed, its order is not used")
 	}
 	if p.passthroughMin > 0 && f.cacheDir == "" {
 		p.warnings = append(p.warnings, "--passthrough-min-size needs --cache-dir for its local copies: every file is read through the mount")

@@ -52,6 +52,7 @@ failed.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.mount.changed = cmd.Flags().Changed
 			servePprof(f.mount.pprofAddr, logger)
 			if strings.HasPrefix(args[0], "s3://") {
 				return warmStore(cmd.Context(), logger, f, args[0])
