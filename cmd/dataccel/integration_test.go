@@ -416,6 +416,19 @@ func TestWarmResume(t *testing.T) {
 	}
 }
 
+// TestWarmEmptyPrefix: a warm that finds nothing to warm (a mistyped
+// prefix) fails and says so, rather than leaving the job a cold cache
+// after a success.
+func TestWarmEmptyPrefix(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "train/", 3, 1<<10)
+	setCreds(t, srv.AccessKey, srv.SecretKey)
+	err := execCmd(t, "warm", "--endpoint", srv.Endpoint, "--cache-dir", t.TempDir(), "-q", "s3://"+st.Bucket()+"/trian")
+	if err == nil || !strings.Contains(err.Error(), "no object under s3://"+st.Bucket()+"/trian/") {
+		t.Fatalf("warm of an empty prefix: %v, want an error saying there is no object under it", err)
+	}
+}
+
 // flipByte inverts the byte at off of the file at path.
 func flipByte(t *testing.T, path string, off int64) {
 	t.Helper()

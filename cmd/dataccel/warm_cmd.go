@@ -173,6 +173,15 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if err != nil {
 		return err
 	}
+	if len(objs) == 0 {
+		// A mistyped prefix or list: the job this warm prepares would
+		// find nothing warm.
+		what := "no object under s3://" + p.bucket + "/" + p.prefix
+		if want != nil {
+			what += " named by --list"
+		}
+		return errors.New("warm: " + what + ": check the prefix")
+	}
 	if want != nil && len(objs) < len(want) {
 		logger.Warn("--list names paths that are not objects under the prefix", "missing", len(want)-len(objs))
 	}
