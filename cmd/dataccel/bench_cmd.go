@@ -186,6 +186,24 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			if cfg.Order != "shuffle" && cfg.Order != "dir" {
 				return usageError{fmt.Errorf("--order %q: want shuffle or dir", cfg.Order)}
 			}
+			// The run fills zero values with defaults: a value given must be
+			// one it takes as it is.
+			for _, c := range []struct {
+				flag string
+				v    int
+			}{{"accelerators", cfg.Accelerators}, {"workers", cfg.Workers}, {"batch", cfg.Batch}, {"epochs", cfg.Epochs}, {"concurrency", cfg.Concurrency}, {"prefetch", cfg.Prefetch}} {
+				if c.v < 1 {
+					return usageError{fmt.Errorf("--%s %d: want at least 1", c.flag, c.v)}
+				}
+			}
+			switch {
+			case cfg.MaxSteps < 0:
+				return usageError{fmt.Errorf("--max-steps %d: want 0 (the whole dataset) or more", cfg.MaxSteps)}
+			case cfg.ComputePerSample < 0 || cfg.RTT < 0 || cfg.RequestRate < 0:
+				return usageError{errors.New("--compute-per-sample, --rtt and --request-rate cannot be negative")}
+			case cfg.TargetAU <= 0 || cfg.TargetAU > 1:
+				return usageError{fmt.Errorf("--target-au %v: want a share in (0, 1]", cfg.TargetAU)}
+			}
 			if bandwidth != "" {
 				b, err := humanize.ParseBytes(strings.TrimSuffix(bandwidth, "/s"))
 				if err != nil {

@@ -101,6 +101,7 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: "not accepted as flags"},
 		{name: "credentials in the endpoint", args: []string{"mount", "--endpoint", strings.Replace(srv.Endpoint, "://", "://"+srv.AccessKey+":"+srv.SecretKey+"@", 1),
 			"s3://no-such-bucket-x", "MNT"}, wantMsg: "--endpoint must not carry credentials", checkMounted: true},
+		{name: "zero connect timeout", args: []string{"mount", "--connect-timeout", "0s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--connect-timeout 0s: must be positive"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
 		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},
 		{name: "bad passthrough-min-size", args: []string{"mount", "--passthrough-min-size", "big", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--passthrough-min-size"},
@@ -379,5 +380,30 @@ func TestScoreUsageErrors(t *testing.T) {
 	out, err := exec.Command(bin, "score", "--offers", offers, "--io-factor", "0.5", "--cold-epochs", "0").CombinedOutput()
 	if err != nil {
 		t.Errorf("score with a cache warmed before the job (--cold-epochs 0): %v\n%s", err, out)
+	}
+}
+
+// TestBenchRunUsageErrors: values bench run would replace with its
+// defaults (a zero) or cannot use are usage errors (exit 2), not a run of
+// something else than asked.
+func TestBenchRunUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args    []string
+		wantMsg string
+	}{
+		{[]string{"--epochs", "0"}, "--epochs 0: want at least 1"},
+		{[]string{"--workers", "-2"}, "--workers -2: want at least 1"},
+		{[]string{"--batch", "0"}, "--batch 0: want at least 1"},
+		{[]string{"--prefetch", "0"}, "--prefetch 0: want at least 1"},
+		{[]string{"--max-steps", "-1"}, "--max-steps -1"},
+		{[]string{"--compute-per-sample", "-1ms"}, "cannot be negative"},
+		{[]string{"--target-au", "0"}, "--target-au 0: want a share in (0, 1]"},
+	} {
+		out, err := exec.Command(bin, append(append([]string{"bench", "run", "-q"}, tc.args...), dir)...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.wantMsg) {
+			t.Errorf("bench run %v: %v, want exit 2 saying %q; output:\n%s", tc.args, err, tc.wantMsg, out)
+		}
 	}
 }

@@ -150,6 +150,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if f.metadataTTL <= 0 {
 		return p, usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
 	}
+	if f.checkTime <= 0 {
+		return p, usageError{fmt.Errorf("--connect-timeout %s: must be positive", f.checkTime)}
+	}
 	if f.ioTimeout <= 0 || f.stallTimeout <= 0 {
 		return p, usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", f.ioTimeout, f.stallTimeout)}
 	}
