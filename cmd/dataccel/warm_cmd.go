@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dataccel/dataccel/bench"
@@ -56,6 +57,19 @@ failed.`,
 			servePprof(f.mount.pprofAddr, logger)
 			if strings.HasPrefix(args[0], "s3://") {
 				return warmStore(cmd.Context(), logger, f, args[0])
+			}
+			// Through a mountpoint the mount's own store, cache and block
+			// size apply: say so of the flags that would set them.
+			var ignored []string
+			cmd.Flags().Visit(func(fl *pflag.Flag) {
+				switch fl.Name {
+				case "list", "concurrency", "quiet", "pprof", "log-level":
+				default:
+					ignored = append(ignored, "--"+fl.Name)
+				}
+			})
+			if len(ignored) > 0 {
+				logger.Warn("flags with no effect through a mountpoint (the mount's own settings apply)", "flags", strings.Join(ignored, " "))
 			}
 			return warmMount(cmd.Context(), logger, f, args[0])
 		},

@@ -180,9 +180,13 @@ func TestWarmThroughMount(t *testing.T) {
 	if got := findMountStats(filepath.Join(m.dir, "w", "big")); got != filepath.Join(m.dir, fuse.ControlDir, "stats") {
 		t.Fatalf("findMountStats = %q", got)
 	}
-	out, err := exec.Command(bin, "warm", "-q", filepath.Join(m.dir, "w")).CombinedOutput()
+	// --block-size is the mount's to set: warm says it has no effect here.
+	out, err := exec.Command(bin, "warm", "-q", "--block-size", "4MiB", filepath.Join(m.dir, "w")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("warm: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "flags with no effect through a mountpoint") || !strings.Contains(string(out), "--block-size") {
+		t.Errorf("warm through a mount with --block-size did not say the flag has no effect there:\n%s", out)
 	}
 	if strings.Contains(string(out), "not a dataccel mount") || !strings.Contains(string(out), "warm done") ||
 		strings.Contains(string(out), "disk cache is full") {
