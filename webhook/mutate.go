@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -60,6 +61,11 @@ func checkConflicts(pod *corev1.Pod, s settings) error {
 		for _, m := range ctr.VolumeMounts {
 			if m.MountPath == s.mountPath {
 				return fmt.Errorf("container %q already mounts volume %q at %s: choose another path with %s", ctr.Name, m.Name, s.mountPath, AnnotationMountPath)
+			}
+			// The runtime would make the mount point inside the read-only
+			// dataset mount, and fail to start the container.
+			if strings.HasPrefix(m.MountPath, strings.TrimSuffix(s.mountPath, "/")+"/") {
+				return fmt.Errorf("container %q mounts volume %q at %s, inside the dataset's mount path %s (read-only): choose another path with %s", ctr.Name, m.Name, m.MountPath, s.mountPath, AnnotationMountPath)
 			}
 		}
 	}

@@ -219,11 +219,11 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	if s.endpoint != "" {
 		u, err := url.Parse(s.endpoint)
 		switch {
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want an http:// or https:// URL"}
-		case u.User != nil:
+		case strings.Contains(s.endpoint, "@") || err == nil && u.User != nil:
 			// Never echo a credential back: the message omits the value.
 			return s, &AnnotationError{AnnotationEndpoint, "(redacted)", "must not carry credentials; put them in the Secret"}
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want an http:// or https:// URL"}
 		case u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/"):
 			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want scheme://host[:port] only"}
 		}
@@ -273,24 +273,40 @@ func checkMountPath(p string) string {
 	case strings.ContainsAny(p, ":\x00"):
 		return `must not contain ":"`
 	}
-	for _, reserved := range []string{"/dev", "/proc", "/sys", "/etc", "/var/run/secrets"} {
+	for _, reserved := range []string{"/dev", "/proc", "/sys", "/etc", "/var/run/secrets", sidecarCacheDir} {
 		if p == reserved || strings.HasPrefix(p, reserved+"/") {
 			return "must not be under " + reserved
+		}
+	}
+	// The sidecar's binary (/usr/local/bin/dataccel) would be hidden.
+	for _, dir := range []string{"/usr", "/usr/local", "/usr/local/bin", "/bin", "/lib"} {
+		if p == dir {
+			return "must not be " + dir + " (it would hide the sidecar's own files)"
 		}
 	}
 	return ""
 }
 
 // cacheHostDir is the node directory for one dataset: the disk cache locks
-// its directory, so two datasets must not share one.
+// its directory, so two datasets must not share one, nor one lie inside
+// another (a cache refuses a directory that holds other files, and removes
+// some of its own subdirectories). The prefix is one path element, its
+// slashes escaped ("imagenet/train" is imagenet%2Ftrain), and the bucket's
+// root is %2F: no prefix's directory nests in another's.
 func (c Config) cacheHostDir(s settings) string {
-	return path.Join(c.CacheHostPath, s.bucket, strings.TrimSuffix(s.prefix, "/"))
+	leaf := url.PathEscape(strings.TrimSuffix(s.prefix, "/"))
+	if leaf == "" {
+		leaf = "%2F"
+	}
+	return path.Join(c.CacheHostPath, s.bucket, leaf)
 }
 
 // SidecarArgs is the command line of the injected sidecar (after the
 // image's entrypoint, which is the dataccel binary).
 func (c Config) sidecarArgs(s settings) []string {
-	src := "s3://" + s.bucket + "/" + s.prefix
+	// A URL, escaped: a prefix may hold "%", "?" or "#", which the
+	// sidecar's parse of a bare "s3://bucket/prefix" would decode or cut.
+	src := (&url.URL{Scheme: "s3", Host: s.bucket, Path: "/" + s.prefix}).String()
 	args := []string{"mount", src, s.mountPath}
 	if s.endpoint != "" {
 		args = append(args, "--endpoint="+s.endpoint)
@@ -317,6 +333,7 @@ func (c Config) sidecar(s settings) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
 	privileged := true
 	root := int64(0)
+	nonRoot := false
 	mem := resource.NewQuantity(s.ramBytes+memoryHeadroom, resource.BinarySI)
 	bidi := corev1.MountPropagationBidirectional
 	probe := func(p string, period, failures int32) *corev1.Probe {
@@ -358,7 +375,10 @@ func (c Config) sidecar(s settings) corev1.Container {
 		// privileged: Kubernetes accepts mountPropagation Bidirectional only
 		// in privileged containers; it also grants /dev/fuse and
 		// CAP_SYS_ADMIN, which mount(2) of a FUSE file system needs.
-		SecurityContext: &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+		// RunAsNonRoot false, said outright: a pod-level runAsNonRoot: true
+		// (common in training pods) is inherited otherwise, and the kubelet
+		// refuses to start a container that runs as root under it.
+		SecurityContext: &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root, RunAsNonRoot: &nonRoot},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: DataVolumeName, MountPath: s.mountPath, MountPropagation: &bidi},
 			{Name: CacheVolumeName, MountPath: sidecarCacheDir},

@@ -193,11 +193,11 @@ func TestInject(t *testing.T) {
 		wantCacheDir string
 		wantInits    int
 	}{
-		{"minimal pod", annotatedPod, "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
-		{"pod with init containers, volumes and mounts", withInit, "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 2},
-		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/datasets", 1},
-		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
-		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/datasets/imagenet/train", 1},
+		{"minimal pod", annotatedPod, "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
+		{"pod with init containers, volumes and mounts", withInit, "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 2},
+		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/datasets/%2F", 1},
+		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
+		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,6 +224,11 @@ func TestInject(t *testing.T) {
 			}
 			if s.SecurityContext == nil || s.SecurityContext.Privileged == nil || !*s.SecurityContext.Privileged {
 				t.Fatal("Bidirectional propagation needs a privileged sidecar")
+			}
+			// The pod says runAsNonRoot: true; the sidecar, which runs as
+			// root, must say otherwise or the kubelet refuses to start it.
+			if sctx := s.SecurityContext; sctx.RunAsUser == nil || *sctx.RunAsUser != 0 || sctx.RunAsNonRoot == nil || *sctx.RunAsNonRoot {
+				t.Fatalf("sidecar security context %+v: want runAsUser 0 and runAsNonRoot false, stated", sctx)
 			}
 			checkMount(t, s, webhook.DataVolumeName, tt.wantMount, corev1.MountPropagationBidirectional)
 			for _, c := range pod.Spec.Containers {
@@ -344,6 +349,8 @@ func TestRejected(t *testing.T) {
 		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: other, mountPath: /data}\n  volumes:\n  - {name: other, emptyDir: {}}\n", 1)
 	conflictName := strings.Replace(annotatedPod, "  - name: trainer\n", "  - name: dataccel\n", 1)
 	conflictVol := strings.Replace(annotatedPod, "  containers:\n", "  volumes:\n  - {name: dataccel-cache, emptyDir: {}}\n  containers:\n", 1)
+	mountInside := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
+		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: ckpt, mountPath: /data/checkpoints}\n  volumes:\n  - {name: ckpt, emptyDir: {}}\n", 1)
 	tests := []struct {
 		name, pod, wantMsg string
 	}{
@@ -362,6 +369,11 @@ func TestRejected(t *testing.T) {
 		{"ram size unit", podWith(t, webhook.AnnotationRAMCacheSize, "8 parsecs"), "dataccel.io/ram-cache-size"},
 		{"endpoint scheme", podWith(t, webhook.AnnotationEndpoint, "ftp://x"), "dataccel.io/endpoint"},
 		{"endpoint with credentials", podWith(t, webhook.AnnotationEndpoint, "http://AKIA:s3cr3t@minio:9000"), "must not carry credentials"},
+		{"endpoint with credentials that do not parse", podWith(t, webhook.AnnotationEndpoint, "https://AKIA:s3cr3t@x@minio:9000/%zz"), "must not carry credentials"},
+		{"endpoint with credentials, wrong scheme", podWith(t, webhook.AnnotationEndpoint, "s3://AKIA:s3cr3t@minio"), "must not carry credentials"},
+		{"mount path on the sidecar's cache", podWith(t, webhook.AnnotationMountPath, "/cache"), "must not be under /cache"},
+		{"mount path hiding the sidecar's binary", podWith(t, webhook.AnnotationMountPath, "/usr/local/bin"), "must not be /usr/local/bin"},
+		{"a mount inside the mount path", mountInside, `mounts volume "ckpt" at /data/checkpoints, inside the dataset's mount path /data`},
 		{"secret name", podWith(t, webhook.AnnotationSecret, "Not_A_Name"), "dataccel.io/secret"},
 		{"mount path taken", conflictMount, `already mounts volume "other" at /data`},
 		{"container named dataccel", conflictName, "reserved"},

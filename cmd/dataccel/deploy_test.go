@@ -161,6 +161,29 @@ func TestWebhookSidecarArgsParse(t *testing.T) {
 		t.Fatal("example-job.yaml is not a Job")
 	}
 	pod := &corev1.Pod{ObjectMeta: job.Spec.Template.ObjectMeta, Spec: job.Spec.Template.Spec}
+	sidecar := injectedSidecar(t, cfg, pod)
+	if err := parseArgs(sidecar.Args); err != nil {
+		t.Fatal(err)
+	}
+	// A prefix with characters a URL gives a meaning to reaches the
+	// sidecar as it was annotated.
+	for _, prefix := range []string{"runs#2/a%b?c/", "a b/100%/"} {
+		p := pod.DeepCopy()
+		p.Annotations[webhook.AnnotationPrefix] = prefix
+		args := injectedSidecar(t, cfg, p).Args
+		if err := parseArgs(args); err != nil {
+			t.Fatal(err)
+		}
+		if bucket, got, err := parseS3URL(args[1]); err != nil || bucket != p.Annotations[webhook.AnnotationBucket] || got != prefix {
+			t.Errorf("prefix %q: the sidecar mounts %s (bucket %q, prefix %q, %v)", prefix, args[1], bucket, got, err)
+		}
+	}
+}
+
+// injectedSidecar applies the webhook's patch to pod as the API server
+// would, with no unknown field, and returns the one sidecar it added.
+func injectedSidecar(t *testing.T, cfg webhook.Config, pod *corev1.Pod) *corev1.Container {
+	t.Helper()
 	ops, result, err := cfg.Mutate(pod)
 	if err != nil || result != webhook.Injected {
 		t.Fatalf("Mutate: %s, %v", result, err)
@@ -195,9 +218,7 @@ func TestWebhookSidecarArgsParse(t *testing.T) {
 	if sidecar == nil {
 		t.Fatal("no sidecar injected")
 	}
-	if err := parseArgs(sidecar.Args); err != nil {
-		t.Fatal(err)
-	}
+	return sidecar
 }
 
 // freeAddr returns a loopback address with a port that was free just now.

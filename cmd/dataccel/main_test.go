@@ -101,6 +101,8 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: "not accepted as flags"},
 		{name: "credentials in the endpoint", args: []string{"mount", "--endpoint", strings.Replace(srv.Endpoint, "://", "://"+srv.AccessKey+":"+srv.SecretKey+"@", 1),
 			"s3://no-such-bucket-x", "MNT"}, wantMsg: "--endpoint must not carry credentials", checkMounted: true},
+		{name: "credentials in an endpoint that does not parse", args: []string{"mount", "--endpoint", "http://k:" + srv.SecretKey + "@x@127.0.0.1:1/%zz",
+			"s3://" + st.Bucket(), "MNT"}, wantMsg: "--endpoint must not carry credentials", checkMounted: true},
 		{name: "zero connect timeout", args: []string{"mount", "--connect-timeout", "0s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--connect-timeout 0s: must be positive"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
 		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},

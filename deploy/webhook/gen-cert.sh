@@ -3,7 +3,8 @@
 # webhook, store them as the Secret dataccel-system/dataccel-webhook-tls, and
 # put the CA into the MutatingWebhookConfiguration's caBundle.
 #
-# Run it once before `kubectl apply -k deploy/webhook`, and again to rotate
+# Run it once after `kubectl apply -k deploy/webhook` (it patches the
+# configuration and fills the Secret in the namespace that apply creates), and again to rotate
 # (the webhook reloads the files; the CA changes, so the caBundle is patched
 # again). Needs openssl and kubectl. With cert-manager, skip this script:
 # see deploy/README.md.
