@@ -402,6 +402,12 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 		if err != nil {
 			return err
 		}
+		// A path that hands out fewer bytes than the file holds (a clean
+		// EOF too early) would look faster than it is. (A list without
+		// sizes gives 0: unknown.)
+		if f := p.files[i]; f.Size > 0 && n != f.Size {
+			return fmt.Errorf("%s: read %d bytes of a file of %d", f.Name, n, f.Size)
+		}
 		lat[id] = append(lat[id], time.Since(f0))
 		bytes[id] += n
 		bar.Add(1, n)

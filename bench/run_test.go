@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -306,5 +307,36 @@ func TestRunReusesReadBuffers(t *testing.T) {
 	}
 	if extra := b.get(5); len(extra) != readBufSize || &extra[0] == &b[0][0] || &extra[0] == &b[1][0] {
 		t.Error("a reader beyond the buffers made shares one")
+	}
+}
+
+// shortSource hands out half of one file with a clean end, as a path with a
+// truncation bug would.
+type shortSource struct {
+	Source
+	victim string
+}
+
+func (s shortSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	n, err := s.Source.ReadFile(ctx, f, buf)
+	if f.Name == s.victim {
+		n /= 2
+	}
+	return n, err
+}
+
+// A read shorter than the file fails the run: a path that hands out fewer
+// bytes would otherwise be measured faster than it is.
+func TestRunFailsOnShortRead(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 20)
+	files, err := DirSource{Root: dir}.Files(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := shortSource{Source: DirSource{Root: dir}, victim: files[7].Name}
+	_, err = Run(context.Background(), RunConfig{Workers: 2, Batch: 4, Epochs: 1, Seed: 1}, src)
+	if err == nil || !strings.Contains(err.Error(), files[7].Name) || !strings.Contains(err.Error(), fmt.Sprintf("of a file of %d", files[7].Size)) {
+		t.Fatalf("run over a path with a short read: %v, want an error naming %s", err, files[7].Name)
 	}
 }
