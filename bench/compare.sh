@@ -9,7 +9,7 @@
 #   B. a cold epoch through a fresh dataccel mount with the order announced, beside direct GETs,
 #      then the warm re-read beside the local disk's (no peer mounted);
 #   C. listing a 10,000-file directory on fresh mounts (REPEATS times; s3fs once);
-#   D. peak RSS of the dataccel mount process;
+#   D. peak RSS of the dataccel mount process (the highest of every mount of the run);
 #   F. `dataccel warm` into a fresh cache, then a cold epoch through a fresh mount using it, beside
 #      direct GETs (the issue's "or after warm");
 #   E. dataccel alone with 4 readers: cold epochs with --prefetch off, in directory order,
@@ -75,7 +75,17 @@ DS=train # the dataset's prefix
 need_room "$OUT" $((3 * FILES * MEAN_SIZE + (256 << 20)))
 need_peers "$PEERS"
 BIN=$ROOT/bin/dataccel
-mkdir -p "$OUT"; rm -rf "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
+[[ $EUID == 0 ]] || { echo "make compare needs root: it drops the page cache between epochs and mounts FUSE file systems" >&2; exit 2; }
+mkdir -p "$OUT"
+# A run killed before its cleanup (SIGKILL, a CI timeout) leaves its mounts behind: unmount them
+# first, or the removal below would go through a peer's read-write mount into the bucket.
+for m in "$OUT"/mnt-*; do
+  if awk '{print $5}' /proc/self/mountinfo | grep -Fxq "$(realpath -m "$m")"; then
+    echo "unmounting $m, left by an earlier run" >&2
+    fusermount3 -u "$m" 2>/dev/null || umount -l "$m"
+  fi
+done
+rm -rf --one-file-system "$OUT"/mnt-* "$OUT"/cache-* "$OUT"/*.json "$OUT"/warm-F*
 . bench/lib.sh
 
 say "install peers and tools"
@@ -84,9 +94,9 @@ need_tools jq
 make -s build
 
 MOUNT_PIDS=()
-cleanup() {
-  for m in "$OUT"/mnt-*; do mountpoint -q "$m" 2>/dev/null && { fusermount3 -u "$m" 2>/dev/null || umount -l "$m"; }; done
-  for p in "${MOUNT_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+cleanup() { # every step may fail: the rest still runs
+  for m in "$OUT"/mnt-*; do mountpoint -q "$m" 2>/dev/null && { fusermount3 -u "$m" 2>/dev/null || umount -l "$m" || true; }; done
+  for p in ${MOUNT_PIDS[@]+"${MOUNT_PIDS[@]}"}; do kill "$p" 2>/dev/null || true; done
   "$PEERS/s3-down.sh" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -123,8 +133,14 @@ mount_dataccel() { # MNT CACHE_DIR [extra flags]: mount on an empty cache dir
   rm -rf "$cache"
   start_dataccel "$mnt" "$cache" "$OUT/$(basename "$mnt").log" "$@"
 }
+RSS_KB=0 # the peak RSS of every dataccel mount of the run
 umount_dataccel() { # MNT: unmount, and remove its cache dir (no phase reads one again)
+  local rss
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status" 2>/dev/null || echo 0); ((rss > RSS_KB)) && RSS_KB=$rss
   kill "$DC_PID"; wait "$DC_PID" 2>/dev/null || true
+  local keep=() p # it is gone: its PID may be reused
+  for p in "${MOUNT_PIDS[@]}"; do [[ $p == "$DC_PID" ]] || keep+=("$p"); done
+  MOUNT_PIDS=(${keep[@]+"${keep[@]}"})
   rm -rf "$DC_CACHE"
 }
 mount_peer() { # KIND MNT
@@ -176,7 +192,6 @@ mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-W"
 umount_dataccel "$OUT/mnt-dataccel"
 
 say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk ($REPEATS runs)"
-RSS_KB=0
 for r in $(seq "$REPEATS"); do
   server_warm
   mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
@@ -186,7 +201,6 @@ for r in $(seq "$REPEATS"); do
   mount_peer rclone-full "$OUT/mnt-rclone"
   paths+=("$OUT/mnt-rclone/$DS" "s3://$S3_BUCKET/$DS" "$LOCAL")
   "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 2 --json "$OUT/A-$r.json" "${html[@]}" "${paths[@]}"
-  rss=$(awk '/VmHWM/ {print $2}' "/proc/$DC_PID/status"); ((rss > RSS_KB)) && RSS_KB=$rss
   umount_dataccel "$OUT/mnt-dataccel"
   [[ $r == 1 ]] && "$PEERS/umount-peer.sh" "$OUT/mnt-s3fs" >/dev/null
   "$PEERS/umount-peer.sh" "$OUT/mnt-rclone" >/dev/null

@@ -295,6 +295,10 @@ type GenResult struct {
 	Files   int
 	Bytes   int64
 	Elapsed time.Duration
+	// Bounded counts the files whose drawn size fell outside the size
+	// bounds and took the bound: many of them pull the mean off the one
+	// asked for.
+	Bounded int
 }
 
 // Generate writes the dataset to dst with bounded parallelism, reporting to
@@ -307,7 +311,7 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 	start := time.Now()
 	bar := progress.Begin("gen", int64(cfg.Files))
 	defer bar.Done()
-	var next, total atomic.Int64
+	var next, total, bounded atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	for range min(cfg.Concurrency, cfg.Files) {
 		g.Go(func() error {
@@ -325,6 +329,9 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 					return err
 				}
 				size := cfg.size(i)
+				if size == cfg.MinSize || size == cfg.MaxSize {
+					bounded.Add(1)
+				}
 				cfg.content(i, size, vocab, &buf)
 				if _, err := dst.Put(gctx, cfg.key(i), bytes.NewReader(buf.Bytes()), size); err != nil {
 					return fmt.Errorf("gen: %w", err)
@@ -335,5 +342,5 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 		})
 	}
 	err := g.Wait()
-	return GenResult{Files: cfg.Files, Bytes: total.Load(), Elapsed: time.Since(start)}, err
+	return GenResult{Files: cfg.Files, Bytes: total.Load(), Elapsed: time.Since(start), Bounded: int(bounded.Load())}, err
 }

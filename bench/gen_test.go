@@ -206,3 +206,28 @@ func TestGeneratePresets(t *testing.T) {
 		t.Errorf("presets missing: %v", want)
 	}
 }
+
+// Generate counts the files whose size took a bound: few with the default
+// mix, many with a mean at its lower bound (the mix is then not the one
+// asked for, which bench gen says).
+func TestGenerateCountsBoundedSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		mean, min, max  int64
+		atLeast, atMost float64 // share of the files
+	}{
+		{"default mix", 110_000, 10_000, 1_000_000, 0, 0.05},
+		{"mean at the lower bound", 20_000, 20_000, 1_000_000, 0.3, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := GenConfig{Files: 400, Classes: 4, Seed: 1, MeanSize: tc.mean, MinSize: tc.min, MaxSize: tc.max, Concurrency: 4}
+			res, err := Generate(context.Background(), cfg, DirPutter{Root: t.TempDir()}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if share := float64(res.Bounded) / float64(res.Files); share < tc.atLeast || share > tc.atMost {
+				t.Errorf("%d of %d files at a size bound (%.2f), want a share in [%.2f, %.2f]", res.Bounded, res.Files, share, tc.atLeast, tc.atMost)
+			}
+		})
+	}
+}

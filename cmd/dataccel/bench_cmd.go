@@ -126,8 +126,15 @@ func newBenchGenCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "generated %d files, %s, in %s to %s (%.1f MB/s)\n", res.Files,
-				humanize.Bytes(uint64(res.Bytes)), res.Elapsed.Round(time.Millisecond), to, float64(res.Bytes)/1e6/res.Elapsed.Seconds())
+			mean := float64(res.Bytes) / float64(max(res.Files, 1))
+			fmt.Fprintf(cmd.OutOrStdout(), "generated %d files, %s (mean %.0f bytes), in %s to %s (%.1f MB/s)\n", res.Files,
+				humanize.Bytes(uint64(res.Bytes)), mean, res.Elapsed.Round(time.Millisecond), to, float64(res.Bytes)/1e6/res.Elapsed.Seconds())
+			// Sizes drawn past the bounds take the bound: with many of them
+			// the dataset is not the mix asked for.
+			if share := float64(res.Bounded) / float64(max(res.Files, 1)); share > 0.05 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %.0f%% of the files took a size bound (--min-size %d, --max-size %d), and the mean is %.0f bytes against the %d asked: widen the bounds for the mix asked\n",
+					100*share, cfg.MinSize, cfg.MaxSize, mean, cfg.MeanSize)
+			}
 			return nil
 		},
 	}
