@@ -90,11 +90,14 @@ func (c Config) patch(pod *corev1.Pod, s settings) []jsonpatch.Operation {
 		// containers start (the startup probe gates them).
 		ops = append(ops, jsonpatch.Add("/spec/initContainers/-", sidecar))
 	}
-	hostPathType := corev1.HostPathDirectoryOrCreate
+	// The node's cache root must exist (the operator makes it on the NVMe
+	// disk): created on demand, it would land on the root disk of a node
+	// without one, and fill it up to --cache-size.
+	hostPathType := corev1.HostPathDirectory
 	volumes := []corev1.Volume{
 		{Name: DataVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: CacheVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-			Path: c.cacheHostDir(s), Type: &hostPathType,
+			Path: c.CacheHostPath, Type: &hostPathType,
 		}}},
 	}
 	if len(pod.Spec.Volumes) == 0 {

@@ -287,18 +287,20 @@ func checkMountPath(p string) string {
 	return ""
 }
 
-// cacheHostDir is the node directory for one dataset: the disk cache locks
+// cacheSubdir is one dataset's cache directory, relative to the node's
+// cache root (CacheHostPath, /cache in the sidecar): the disk cache locks
 // its directory, so two datasets must not share one, nor one lie inside
 // another (a cache refuses a directory that holds other files, and removes
 // some of its own subdirectories). The prefix is one path element, its
 // slashes escaped ("imagenet/train" is imagenet%2Ftrain), and the bucket's
-// root is %2F: no prefix's directory nests in another's.
-func (c Config) cacheHostDir(s settings) string {
+// root is %2F: no prefix's directory nests in another's. The sidecar makes
+// it (mount's --cache-dir is created if missing).
+func cacheSubdir(s settings) string {
 	leaf := url.PathEscape(strings.TrimSuffix(s.prefix, "/"))
 	if leaf == "" {
 		leaf = "%2F"
 	}
-	return path.Join(c.CacheHostPath, s.bucket, leaf)
+	return path.Join(s.bucket, leaf)
 }
 
 // SidecarArgs is the command line of the injected sidecar (after the
@@ -315,7 +317,7 @@ func (c Config) sidecarArgs(s settings) []string {
 		args = append(args, "--region="+c.Region)
 	}
 	return append(args,
-		"--cache-dir="+sidecarCacheDir,
+		"--cache-dir="+path.Join(sidecarCacheDir, cacheSubdir(s)),
 		"--cache-size="+s.cacheSize,
 		"--ram-cache-size="+s.ramCacheSize,
 		"--max-inflight="+strconv.Itoa(c.MaxInflight),

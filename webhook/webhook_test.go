@@ -262,8 +262,14 @@ func TestInject(t *testing.T) {
 					cacheVol = &pod.Spec.Volumes[i]
 				}
 			}
-			if cacheVol == nil || cacheVol.HostPath == nil || cacheVol.HostPath.Path != tt.wantCacheDir {
-				t.Fatalf("cache volume %+v, want hostPath %s", cacheVol, tt.wantCacheDir)
+			// The node's cache root, which must exist (never made on a
+			// node's root disk), and the dataset's directory in it.
+			if cacheVol == nil || cacheVol.HostPath == nil || cacheVol.HostPath.Path != "/mnt/nvme/dataccel" ||
+				cacheVol.HostPath.Type == nil || *cacheVol.HostPath.Type != corev1.HostPathDirectory {
+				t.Fatalf("cache volume %+v, want hostPath /mnt/nvme/dataccel of type Directory", cacheVol)
+			}
+			if want := "--cache-dir=/cache/" + strings.TrimPrefix(tt.wantCacheDir, "/mnt/nvme/dataccel/"); !contains(s.Args, want) {
+				t.Fatalf("sidecar args %v, want %s", s.Args, want)
 			}
 			ram, err := cache.ParseSize("8GiB")
 			if err != nil {
