@@ -470,11 +470,7 @@ func logInt(t *testing.T, logs, key string) int64 {
 func TestMetricsAndReadiness(t *testing.T) {
 	st := srv.NewBucket(t)
 	files := dataset(t, st, "", 40, 10<<10)
-	fp, err := testenv.StartFaultProxy(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fp.Close()
+	fp := faultProxy(t)
 	port, _ := testenv.FreePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--http", addr, "--hedge=false", "--prefetch", "off", "--manifest", "off", "s3://"+st.Bucket())

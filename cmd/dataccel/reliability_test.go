@@ -45,11 +45,7 @@ func TestFaultsThroughMount(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.fault.String(), func(t *testing.T) {
-			fp, err := testenv.StartFaultProxy(srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fp.Close()
+			fp := faultProxy(t)
 			fp.Add(testenv.Rule{Fault: tc.fault, Method: "GET", Every: 5, Stall: tc.stall})
 			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--stall-timeout", "1s",
 				"--hedge=false", "--prefetch", "off", "s3://"+st.Bucket())
@@ -102,11 +98,7 @@ func TestEndpointDownThroughMount(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := srv.NewBucket(t)
 			files := dataset(t, st, "", 3, 10<<10)
-			fp, err := testenv.StartFaultProxy(srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fp.Close()
+			fp := faultProxy(t)
 			const ioTimeout = 2 * time.Second
 			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--io-timeout", ioTimeout.String(), "--stall-timeout", "300ms",
 				"--prefetch", "off", "s3://"+st.Bucket())
@@ -119,7 +111,7 @@ func TestEndpointDownThroughMount(t *testing.T) {
 			}
 			tc.down(fp)
 			start := time.Now()
-			err = readOnce(filepath.Join(m.dir, names[0]))
+			err := readOnce(filepath.Join(m.dir, names[0]))
 			took := time.Since(start)
 			if !errors.Is(err, syscall.EIO) {
 				t.Fatalf("read with the server %s: %v, want EIO", tc.name, err)
@@ -423,4 +415,16 @@ func TestSecretNeverShown(t *testing.T) {
 	if !strings.Contains(string(badOut), "denied") {
 		t.Fatalf("bad credentials: %s", badOut)
 	}
+}
+
+// faultProxy starts a fault proxy in front of the test server, closed
+// when the test ends.
+func faultProxy(t *testing.T) *testenv.FaultProxy {
+	t.Helper()
+	fp, err := testenv.StartFaultProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fp.Close() })
+	return fp
 }

@@ -50,20 +50,14 @@ func TestGetAnswers(t *testing.T) {
 	const object = "0123456789"
 	var etag atomic.Value // the handler runs on the server's goroutines
 	etag.Store("e1")
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" || r.URL.Path != "/bkt/k" {
 			http.Error(w, "unexpected request", http.StatusBadRequest)
 			return
 		}
 		w.Header().Set("ETag", `"`+etag.Load().(string)+`"`)
 		io.WriteString(w, object) // 200, Range ignored
-	}))
-	t.Cleanup(srv.Close)
-	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
-		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ctx := context.Background()
 	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
 	if rc, err := st.ReadRange(ctx, obj, 3, 4); err == nil {
@@ -95,17 +89,11 @@ func TestGetAnswers(t *testing.T) {
 func TestWholeObjectGetHasNoRange(t *testing.T) {
 	const object = "0123456789"
 	ranges := make(chan string, 8)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
 		ranges <- r.Header.Get("Range")
 		w.Header().Set("ETag", `"e1"`)
 		http.ServeContent(w, r, "k", time.Time{}, strings.NewReader(object))
-	}))
-	t.Cleanup(srv.Close)
-	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
-		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
 	for _, tc := range []struct {
 		off, n    int64
@@ -153,7 +141,7 @@ func TestEncodePath(t *testing.T) {
 func TestGetChecksContentRange(t *testing.T) {
 	const object = "0123456789"
 	var answer atomic.Value // the Content-Range the server sends; "" for the true one
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"e1"`)
 		cr, _ := answer.Load().(string)
 		if cr == "" {
@@ -165,13 +153,7 @@ func TestGetChecksContentRange(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusPartialContent)
 		io.WriteString(w, object[:4])
-	}))
-	t.Cleanup(srv.Close)
-	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
-		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
 	for _, tc := range []struct {
 		answer  string
@@ -195,4 +177,18 @@ func TestGetChecksContentRange(t *testing.T) {
 			t.Errorf("answer %q to [%d,+%d): err %v, want an error: %v", tc.answer, tc.off, tc.n, err, tc.wantErr)
 		}
 	}
+}
+
+// storeAt returns a store (path style, signed requests) of the bucket
+// "bkt" at a test server that answers with h.
+func storeAt(t *testing.T, h http.HandlerFunc) *Store {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true,
+		Credentials: Credentials{AccessKey: "id", SecretKey: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
