@@ -391,6 +391,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	var path string
 	var sum uint64
 	var err error
+	stopped := false // a check Close stopped: the copy stays, for the next Copies to check
 	if check {
 		c.mu.Lock()
 		want := e.sum
@@ -401,6 +402,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 			c.stats.Adopted.Add(1)
 			c.stats.Reused.Add(1)
 		case c.ctx.Err() != nil: // closing: the check stopped, nothing is known against the copy
+			stopped = true
 		default:
 			c.stats.Rejected.Add(1)
 			c.log.Warn("local copy kept from the last mount is damaged; making it again", "key", obj.Key, "err", err)
@@ -408,8 +410,8 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 			c.stats.Bytes.Add(-e.size)
 		}
 	}
-	fresh := path == ""
-	if fresh && c.ctx.Err() != nil {
+	fresh := path == "" && !stopped
+	if stopped || fresh && c.ctx.Err() != nil {
 		err = fmt.Errorf("local copy of %s: %w", obj.Key, c.ctx.Err())
 	} else if fresh {
 		path, sum, err = c.write(obj)
@@ -428,9 +430,11 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		default:
 			c.log.Debug("local copy not made; the file is read through the mount", "key", obj.Key, "err", err)
 		}
-		e.err = err
-		delete(c.byKey, e.key)
-		c.used -= e.size
+		e.err = err // its waiters read through the mount
+		if !stopped {
+			delete(c.byKey, e.key)
+			c.used -= e.size
+		}
 	} else {
 		e.path = path
 		e.sum = sum

@@ -413,4 +413,16 @@ func TestCloseStopsCheck(t *testing.T) {
 	if stats.Rejected.Load() != 0 {
 		t.Errorf("a copy whose check Close stopped was counted damaged (%d)", stats.Rejected.Load())
 	}
+	// It stays for the next Copies, which checks it again and uses it.
+	var stats3 Stats
+	m3 := &memOpener{data: m.data}
+	c3, err := New(dir, m3, Options{Budget: 1 << 30, Source: "s", Chunk: 1 << 20, Stats: &stats3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c3.Close() })
+	acquire(t, c3, obj("big", big), big)()
+	if stats3.Adopted.Load() != 1 || m3.opens.Load() != 0 {
+		t.Errorf("after a stopped check: adopted %d, store opens %d; want the kept copy adopted, no read of the store", stats3.Adopted.Load(), m3.opens.Load())
+	}
 }
