@@ -20,6 +20,7 @@
 package prefetch
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -646,8 +647,13 @@ func (l *Loader) tierGet(k cache.Key, n int64) ([]byte, bool) {
 // first block it holds under a key: the block fetched now takes its place,
 // where it would otherwise be fetched again on every read.
 func (l *Loader) fit(k cache.Key, data []byte, n int64) ([]byte, bool) {
-	if int64(len(data)) >= n {
-		return data[:n:n], true
+	switch {
+	case int64(len(data)) == n:
+		return data, true
+	case int64(len(data)) > n:
+		// A copy: the start of the longer block would keep all of it alive
+		// under a charge of n bytes.
+		return bytes.Clone(data[:n]), true
 	}
 	if r, ok := l.tier.(interface{ Remove(cache.Key) }); ok {
 		r.Remove(k)

@@ -619,3 +619,14 @@ func TestStreamWhenBusy(t *testing.T) {
 		})
 	}
 }
+
+// The start of a longer cached block is served as a copy: a slice of it
+// would keep the whole block alive under a budget charge of the shorter one.
+func TestFitCopiesTheStartOfALongerBlock(t *testing.T) {
+	l := newTestLoader(t, newFakeStore(), newMapTier(), Options{BlockSize: 64 << 10})
+	long := bytes.Repeat([]byte{7}, 128<<10)
+	got, ok := l.fit(cache.Key{Object: "o", ETag: "e"}, long, 64<<10)
+	if !ok || len(got) != 64<<10 || cap(got) != 64<<10 || &got[0] == &long[0] || !bytes.Equal(got, long[:64<<10]) {
+		t.Fatalf("fit of a 128 KiB block to 64 KiB: ok %v, len %d, cap %d, shares the block's memory: %v", ok, len(got), cap(got), ok && &got[0] == &long[0])
+	}
+}
