@@ -146,12 +146,13 @@ func CostPerMillion(priceHour, xEff float64) float64 {
 
 const imagenet1kSamples = 1281167
 
-// Resolved fills the defaults Score uses: E from the bench (else 1), k = 1,
-// and the samples per epoch from the bench's first path (else ImageNet-1K).
+// Resolved fills the defaults Score uses: E from the bench (else 1), k
+// within [0, E] as given (0: no cold epoch), and the samples per epoch from
+// the bench's first path (else ImageNet-1K).
 func (in ScoreInput) Resolved() ScoreInput {
 	if in.Epochs <= 0 {
 		in.Epochs = 1
-		if in.Bench != nil {
+		if in.Bench != nil && in.Bench.Config.Epochs > 0 {
 			in.Epochs = in.Bench.Config.Epochs
 		}
 	}
