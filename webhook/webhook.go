@@ -13,6 +13,8 @@
 package webhook
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"path"
@@ -300,8 +302,18 @@ func cacheSubdir(s settings) string {
 	if leaf == "" {
 		leaf = "%2F"
 	}
+	// A name is at most 255 bytes: a long prefix keeps its start and a
+	// hash of the whole (another prefix would need that very hash in its
+	// own name to get the same one).
+	if len(leaf) > maxNameLen {
+		sum := sha256.Sum256([]byte(s.prefix))
+		leaf = leaf[:maxNameLen-34] + "~" + hex.EncodeToString(sum[:16])
+	}
 	return path.Join(s.bucket, leaf)
 }
+
+// maxNameLen is the longest file name of Linux file systems.
+const maxNameLen = 255
 
 // SidecarArgs is the command line of the injected sidecar (after the
 // image's entrypoint, which is the dataccel binary).

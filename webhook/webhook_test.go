@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -198,6 +200,8 @@ func TestInject(t *testing.T) {
 		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/datasets/%2F", 1},
 		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
 		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
+		{"a prefix longer than a file name once escaped", podWith(t, webhook.AnnotationPrefix, strings.Repeat("dir/", 100)), "/data",
+			"/mnt/nvme/dataccel/datasets/" + strings.Repeat("dir%2F", 36) + "dir%2" + "~" + longPrefixHash, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -488,3 +492,10 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// longPrefixHash is the hash a prefix of 100 "dir/" names its cache
+// directory by (the first 16 bytes of its SHA-256, in hex).
+var longPrefixHash = func() string {
+	sum := sha256.Sum256([]byte(strings.Repeat("dir/", 100)))
+	return hex.EncodeToString(sum[:16])
+}()
