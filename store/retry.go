@@ -205,6 +205,9 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
 		defer w.stop()
 		err := r.Store.List(rctx, prefix, recursive, func(o Object) error {
+			if fnErr != nil {
+				return fnErr // a range listed in parallel: fn said stop already
+			}
 			w.t.Reset(r.opts.ProgressTimeout)
 			if seen[o.Key] {
 				return nil
