@@ -86,7 +86,7 @@ func putAll(t *testing.T, st *s3.Store, objs map[string][]byte) {
 	g.SetLimit(32)
 	for k, v := range objs {
 		g.Go(func() error {
-			_, err := st.Put(ctx, k, bytes.NewReader(v), int64(len(v)))
+			_, err := testenv.PutBytes(ctx, st, k, v)
 			return err
 		})
 	}

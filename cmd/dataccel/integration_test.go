@@ -41,7 +41,7 @@ func dataset(t *testing.T, st *s3.Store, prefix string, n, size int) map[string]
 		rel := fmt.Sprintf("c%02d/img%05d.jpg", i%7, i)
 		files[rel] = b
 		g.Go(func() error {
-			_, err := st.Put(context.Background(), prefix+rel, bytes.NewReader(b), int64(len(b)))
+			_, err := testenv.PutBytes(context.Background(), st, prefix+rel, b)
 			return err
 		})
 	}
@@ -233,7 +233,7 @@ func TestRemountWithOtherBlockSize(t *testing.T) {
 	for i := range files["f.bin"] {
 		files["f.bin"][i] = byte(r.Uint32())
 	}
-	if _, err := st.Put(context.Background(), "ds/f.bin", bytes.NewReader(files["f.bin"]), 192<<10); err != nil {
+	if _, err := testenv.PutBytes(context.Background(), st, "ds/f.bin", files["f.bin"]); err != nil {
 		t.Fatal(err)
 	}
 	cacheDir := t.TempDir()
@@ -611,7 +611,7 @@ func TestSweepThroughMountDeepTree(t *testing.T) {
 	g.SetLimit(16)
 	for rel, b := range files {
 		g.Go(func() error {
-			_, err := st.Put(context.Background(), "ds/"+rel, bytes.NewReader(b), int64(len(b)))
+			_, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, b)
 			return err
 		})
 	}

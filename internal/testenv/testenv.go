@@ -182,13 +182,22 @@ func (s *Server) NewBucket(t testing.TB) *s3.Store {
 // net/http does not replay a PUT on its own, and tests are not about that.
 func Put(t testing.TB, st *s3.Store, key string, data []byte) store.Object {
 	t.Helper()
+	obj, err := PutBytes(context.Background(), st, key, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// PutBytes uploads data under key, sending it again (three times at most)
+// when the server closed a kept-alive connection as the request went out
+// (EPIPE, ECONNRESET): a race of the test server's idle timeout, which the
+// upload's one try does not cover.
+func PutBytes(ctx context.Context, st *s3.Store, key string, data []byte) (store.Object, error) {
 	for attempt := 1; ; attempt++ {
-		obj, err := st.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)))
-		if err == nil {
-			return obj
-		}
-		if attempt == 3 || !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatal(err)
+		obj, err := st.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+		if err == nil || attempt == 3 || !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+			return obj, err
 		}
 	}
 }

@@ -87,7 +87,7 @@ func TestSplitListing(t *testing.T) {
 	for _, c := range cases {
 		for i := range c.n {
 			g.Go(func() error {
-				_, err := base.Put(ctx, "d-"+c.name+"/"+c.key(i), strings.NewReader("x"), 1)
+				_, err := testenv.PutBytes(ctx, base, "d-"+c.name+"/"+c.key(i), []byte("x"))
 				return err
 			})
 		}
@@ -154,7 +154,7 @@ func TestSplitListingStopsNearBounds(t *testing.T) {
 		key := fmt.Sprintf("d/n01440764_%d.JPEG", i)
 		want = append(want, key)
 		g.Go(func() error {
-			_, err := base.Put(ctx, key, strings.NewReader("x"), 1)
+			_, err := testenv.PutBytes(ctx, base, key, []byte("x"))
 			return err
 		})
 	}
