@@ -410,8 +410,8 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 			c.stats.Bytes.Add(-e.size)
 		}
 	}
-	fresh := path == "" && !stopped
-	if stopped || fresh && c.ctx.Err() != nil {
+	fresh := path == ""
+	if fresh && c.ctx.Err() != nil { // closing (a stopped check included): nothing to make
 		err = fmt.Errorf("local copy of %s: %w", obj.Key, c.ctx.Err())
 	} else if fresh {
 		path, sum, err = c.write(obj)

@@ -221,7 +221,7 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	if s.endpoint != "" {
 		u, err := url.Parse(s.endpoint)
 		switch {
-		case strings.Contains(s.endpoint, "@") || err == nil && u.User != nil:
+		case strings.Contains(s.endpoint, "@"): // user info, parsed or not
 			// Never echo a credential back: the message omits the value.
 			return s, &AnnotationError{AnnotationEndpoint, "(redacted)", "must not carry credentials; put them in the Secret"}
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":

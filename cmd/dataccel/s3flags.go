@@ -62,7 +62,7 @@ func (f *s3Flags) config(bucket string) (s3.Config, error) {
 	if f.accessKey != "" || f.secretKey != "" {
 		return s3.Config{}, usageError{errors.New("credentials are not accepted as flags (they would show in ps): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
 	}
-	if u, err := url.Parse(f.endpoint); strings.Contains(f.endpoint, "@") || err == nil && u.User != nil {
+	if strings.Contains(f.endpoint, "@") { // user info, parsed or not: an endpoint has no other "@"
 		// The value is not echoed: it holds a credential, which the client
 		// would not even use (it takes the host alone).
 		return s3.Config{}, usageError{errors.New("--endpoint must not carry credentials (user:password@host): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
