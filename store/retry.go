@@ -18,7 +18,8 @@ type RetryOptions struct {
 	BaseDelay, MaxDelay time.Duration
 	// FirstByteTimeout cuts a request whose response has not started.
 	FirstByteTimeout time.Duration
-	// ProgressTimeout cuts a body that stalls for this long mid-transfer.
+	// ProgressTimeout cuts a body that brings less than MinProgress bytes in
+	// this long mid-transfer: a trickle is a stall too.
 	ProgressTimeout time.Duration
 	// IOTimeout bounds one operation, all retries included: past it the
 	// operation fails (a dead endpoint costs a bounded wait, not a hang).
@@ -74,6 +75,11 @@ func NewRetrying(s Store, opts RetryOptions) *Retrying {
 	return &Retrying{Store: s, opts: opts}
 }
 
+// MinProgress is what a body must bring within each ProgressTimeout to count
+// as moving (64 KiB in 10 s by default, about 6.5 KB/s): a server that drips
+// a byte at a time would otherwise keep a read of a block going for hours.
+const MinProgress = 64 << 10
+
 // errTimeout marks a request cut by the watchdog.
 var errTimeout = errors.New("request timed out")
 
@@ -96,13 +102,14 @@ func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Cont
 	return r.doSince(ctx, what, nil, op)
 }
 
-// doSince is do with the IOTimeout counted from *progress, when op sets it
-// later than the start (nil: from the start): a long listing that moves on
-// is not cut at IOTimeout from its first page.
+// doSince is do with the IOTimeout counted from *progress once it is set
+// (nil or zero: from the start): a long listing that moves on is not cut at
+// IOTimeout from its first page, and a resumed body that did not move is not
+// given a new IOTimeout on each resume.
 func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time, op func(ctx context.Context) error) error {
 	start := time.Now()
 	deadlineAt := func() time.Time {
-		if progress != nil && progress.After(start) {
+		if progress != nil && !progress.IsZero() {
 			return progress.Add(r.opts.IOTimeout)
 		}
 		return start.Add(r.opts.IOTimeout)
@@ -232,7 +239,7 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 }
 
 func (r *Retrying) ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error) {
-	b := &resumingBody{r: r, ctx: ctx, obj: obj, off: off, n: n}
+	b := &resumingBody{r: r, ctx: ctx, obj: obj, off: off, n: n, movedAt: time.Now()}
 	if err := b.open(); err != nil {
 		return nil, err
 	}
@@ -249,13 +256,15 @@ type resumingBody struct {
 	off, n   int64 // remaining range; n < 0: to the end
 	body     io.ReadCloser
 	w        *watchdog
-	attempts int   // resumes so far
-	cause    error // why the last body broke
-	failed   error // final error, once resuming is over
+	attempts int       // resumes so far
+	fresh    int64     // bytes since the watchdog was last reset
+	movedAt  time.Time // when the body last brought MinProgress bytes (or opened first)
+	cause    error     // why the last body broke
+	failed   error     // final error, once resuming is over
 }
 
 func (b *resumingBody) open() error {
-	return b.r.do(b.ctx, "read "+b.obj.Key, func(ctx context.Context) error {
+	return b.r.doSince(b.ctx, "read "+b.obj.Key, &b.movedAt, func(ctx context.Context) error {
 		rctx, w := newWatchdog(ctx, b.r.opts.FirstByteTimeout, b.r.opts.Stats)
 		body, err := b.r.Store.ReadRange(rctx, b.obj, b.off, b.n)
 		if err != nil {
@@ -263,7 +272,7 @@ func (b *resumingBody) open() error {
 			return w.explain(err)
 		}
 		w.t.Reset(b.r.opts.ProgressTimeout)
-		b.body, b.w = body, w
+		b.body, b.w, b.fresh = body, w, 0
 		return nil
 	})
 }
@@ -287,10 +296,13 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 		}
 		k, err := b.body.Read(p)
 		if k > 0 {
-			b.w.t.Reset(b.r.opts.ProgressTimeout)
 			b.off += int64(k)
 			if b.n > 0 {
 				b.n -= int64(k)
+			}
+			if b.fresh += int64(k); b.fresh >= MinProgress {
+				b.w.t.Reset(b.r.opts.ProgressTimeout)
+				b.fresh, b.movedAt = 0, time.Now()
 			}
 		}
 		switch {
@@ -314,8 +326,12 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 }
 
 func (b *resumingBody) resume() error {
-	if !Retryable(b.cause) || b.attempts >= b.r.opts.Attempts || b.ctx.Err() != nil {
+	if !Retryable(b.cause) || b.ctx.Err() != nil {
 		return fmt.Errorf("read %q at %d: %w", b.obj.Key, b.off, b.cause)
+	}
+	if b.attempts >= b.r.opts.Attempts || time.Since(b.movedAt) > b.r.opts.IOTimeout {
+		b.r.opts.Stats.GaveUp.Add(1)
+		return fmt.Errorf("read %q at %d: gave up after retries (io timeout %s): %w", b.obj.Key, b.off, b.r.opts.IOTimeout, b.cause)
 	}
 	b.attempts++
 	b.r.opts.Stats.Retries.Add(1)

@@ -242,6 +242,41 @@ func TestStallsUntilIOTimeout(t *testing.T) {
 	}
 }
 
+// TestDripUntilIOTimeout: a body that brings a byte at a time, each well
+// inside the stall timeout, on every try, is cut as stalled, and the read
+// fails within about the io timeout: a trickle is not progress, or a read
+// of a block would take hours.
+func TestDripUntilIOTimeout(t *testing.T) {
+	stats := &store.RetryStats{}
+	const ioTimeout = 2 * time.Second
+	fp, st, _, objs := faultSetup(t, 1, 256<<10, store.RetryOptions{
+		BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, IOTimeout: ioTimeout, Attempts: 1000,
+		FirstByteTimeout: 300 * time.Millisecond, ProgressTimeout: 300 * time.Millisecond, Stats: stats,
+	})
+	fp.Add(testenv.Rule{Fault: testenv.DripMidBody, Stall: 20 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	rc, err := st.ReadRange(ctx, objs[0], 0, objs[0].Size)
+	if err == nil {
+		_, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	took := time.Since(start)
+	switch {
+	case err == nil:
+		t.Fatal("read succeeded with every body dripping")
+	case ctx.Err() != nil:
+		t.Fatalf("still reading after %s: %v", took, err)
+	case errors.Is(err, context.Canceled):
+		t.Fatalf("failed with %v, which reads as the caller's own cancellation", err)
+	case stats.Timeouts.Load() < 2:
+		t.Fatalf("%v after %d timeouts; want several", err, stats.Timeouts.Load())
+	case took > ioTimeout+2*time.Second:
+		t.Fatalf("failed after %s, want within about %s", took, ioTimeout)
+	}
+}
+
 // slowLister lists keys one every gap; its first listing fails after them
 // all (a connection reset on the last page), the next ones succeed.
 type slowLister struct {

@@ -81,8 +81,9 @@ func TestFaultsThroughMount(t *testing.T) {
 	}
 }
 
-// TestEndpointDownThroughMount: with the server gone, or stalling every
-// request, for longer than --io-timeout, a read fails with EIO within the
+// TestEndpointDownThroughMount: with the server gone, stalling every
+// request, or dripping every body a byte at a time, for longer than
+// --io-timeout, a read fails with EIO within the
 // bound (never EINTR, which a reader retries for ever); when the server is
 // back, new reads succeed without a remount.
 func TestEndpointDownThroughMount(t *testing.T) {
@@ -92,6 +93,8 @@ func TestEndpointDownThroughMount(t *testing.T) {
 	}{
 		{"refused", func(fp *testenv.FaultProxy) { fp.SetDown(true) }, func(fp *testenv.FaultProxy) { fp.SetDown(false) }},
 		{"stalled", func(fp *testenv.FaultProxy) { fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Stall: time.Minute}) },
+			func(fp *testenv.FaultProxy) { fp.Clear() }},
+		{"dripping", func(fp *testenv.FaultProxy) { fp.Add(testenv.Rule{Fault: testenv.DripMidBody, Stall: 50 * time.Millisecond}) },
 			func(fp *testenv.FaultProxy) { fp.Clear() }},
 	}
 	for _, tc := range tests {

@@ -20,11 +20,12 @@ const (
 	ResetMidBody                // half the body, then the connection is reset
 	StallFirstByte              // wait Stall before answering at all
 	StallMidBody                // half the body, wait Stall, then the rest
+	DripMidBody                 // half the body, then one byte every Stall
 	numFaults
 )
 
 func (f Fault) String() string {
-	return [...]string{"slowdown", "internal-error", "reset-mid-body", "stall-first-byte", "stall-mid-body"}[f]
+	return [...]string{"slowdown", "internal-error", "reset-mid-body", "stall-first-byte", "stall-mid-body", "drip-mid-body"}[f]
 }
 
 // Rule says which requests get a fault: those whose method matches
@@ -161,7 +162,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	if rule != nil && (rule.Fault == ResetMidBody || rule.Fault == StallMidBody) && resp.ContentLength > 1 {
+	if rule != nil && (rule.Fault == ResetMidBody || rule.Fault == StallMidBody || rule.Fault == DripMidBody) && resp.ContentLength > 1 {
 		p.breakBody(w, r, resp, rule)
 		return
 	}
@@ -186,7 +187,9 @@ func (p *FaultProxy) forward(r *http.Request) (*http.Response, error) {
 }
 
 // breakBody writes the response by hand on the raw connection: the headers
-// promise the full length, half the body follows, then a reset or a stall.
+// promise the full length, half the body follows, then a reset, a stall or
+// a drip (a byte at a time, each in less than a stall timeout when Stall is
+// shorter than it: the connection never looks dead).
 func (p *FaultProxy) breakBody(w http.ResponseWriter, r *http.Request, resp *http.Response, rule *Rule) {
 	conn, buf, err := w.(http.Hijacker).Hijack()
 	if err != nil {
@@ -204,6 +207,18 @@ func (p *FaultProxy) breakBody(w http.ResponseWriter, r *http.Request, resp *htt
 			tc.SetLinger(0) // RST, not FIN
 		}
 		return
+	}
+	if rule.Fault == DripMidBody {
+		one := make([]byte, 1)
+		for {
+			time.Sleep(rule.Stall)
+			if _, err := io.ReadFull(resp.Body, one); err != nil {
+				return
+			}
+			if _, err := buf.Write(one); err != nil || buf.Flush() != nil {
+				return // the client gave up
+			}
+		}
 	}
 	time.Sleep(rule.Stall)
 	io.Copy(buf, resp.Body)
