@@ -297,6 +297,8 @@ func (c *Copies) Has(obj store.Object) bool {
 // pin finds or starts obj's copy and pins it.
 func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
+	var evicted []string
+	defer removeFiles(&evicted) // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -322,7 +324,7 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 		}
 		return e, nil
 	}
-	if !c.roomLocked(obj.Size) {
+	if !c.roomLocked(obj.Size, &evicted) {
 		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
 	}
 	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
@@ -336,8 +338,8 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 
 // roomLocked removes unpinned copies, least recently used first, until n
 // more bytes fit the budget; false if they cannot (a copy larger than the
-// whole budget removes none).
-func (c *Copies) roomLocked(n int64) bool {
+// whole budget removes none). The files to unlink are added to evicted.
+func (c *Copies) roomLocked(n int64, evicted *[]string) bool {
 	if n > c.opts.Budget {
 		return false
 	}
@@ -346,21 +348,40 @@ func (c *Copies) roomLocked(n int64) bool {
 		if front == nil {
 			return false
 		}
-		c.removeLocked(front.Value.(*entry))
+		*evicted = append(*evicted, c.removeLocked(front.Value.(*entry)))
 		c.stats.Evicted.Add(1)
 	}
 	return true
 }
 
-// removeLocked forgets a made, unpinned entry and removes its file (an open
-// descriptor, the kernel's included, keeps reading it).
-func (c *Copies) removeLocked(e *entry) {
+// removeLocked forgets a made, unpinned entry and moves its file out of the
+// way under a name of its own, which it returns for the caller to unlink
+// once c.mu is let go: freeing a multi-GB file's extents can take a while,
+// and every open waits on c.mu. (Renamed first, so that a copy of the same
+// version made again under the same name is never the one unlinked.) An
+// open descriptor, the kernel's included, keeps reading the file.
+func (c *Copies) removeLocked(e *entry) string {
 	c.lru.Remove(e.elem)
 	e.elem = nil
 	delete(c.byKey, e.key)
 	c.used -= e.size
 	c.stats.Bytes.Add(-e.size)
-	os.Remove(e.path)
+	gone := filepath.Join(c.dir, "gone-"+strconv.FormatInt(c.seq.Add(1), 10))
+	if err := os.Rename(e.path, gone); err != nil {
+		os.Remove(e.path)
+		return ""
+	}
+	return gone
+}
+
+// removeFiles unlinks the files named in *paths ("" is skipped); a file
+// left behind by a crash is removed when the directory is next opened.
+func removeFiles(paths *[]string) {
+	for _, p := range *paths {
+		if p != "" {
+			os.Remove(p)
+		}
+	}
 }
 
 func (c *Copies) unpin(e *entry) {
