@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,6 +24,23 @@ type Object struct {
 	ModTime  time.Time
 	IsPrefix bool
 }
+
+// MadeETag stands in for the ETag of an object its server listed without one
+// (some S3-compatible servers send none): its size and modification time, to
+// the second (a listing's times have milliseconds, a HEAD's seconds). Caches
+// keyed by ETag then never mix two versions of the object, and a store pins
+// a read of it by its time instead, to the second after (a version written
+// that soon at the same size is not told apart).
+func MadeETag(size int64, mod time.Time) string {
+	return madeETagPrefix + strconv.FormatInt(size, 10) + "@" + strconv.FormatInt(mod.Unix(), 10)
+}
+
+// madeETagPrefix cannot start a real ETag: those are quoted hex digests,
+// possibly weak (W/).
+const madeETagPrefix = "~"
+
+// IsMadeETag reports whether etag was made by MadeETag.
+func IsMadeETag(etag string) bool { return strings.HasPrefix(etag, madeETagPrefix) }
 
 // Store is the read side of an object store.
 type Store interface {
@@ -36,8 +55,8 @@ type Store interface {
 	// is returned.
 	List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error
 	// ReadRange returns n bytes of obj from off (n < 0: to the end), pinned
-	// to obj.ETag: if the object changed, the error wraps ErrChanged and no
-	// byte of the new version is returned.
+	// to obj.ETag (to obj.ModTime for a MadeETag): if the object changed,
+	// the error wraps ErrChanged and no byte of the new version is returned.
 	ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error)
 }
 

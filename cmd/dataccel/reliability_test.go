@@ -196,6 +196,53 @@ func TestChangesUnderReaders(t *testing.T) {
 	}
 }
 
+// TestServerWithoutETags: with a server that lists and answers no ETag,
+// an object overwritten at the same size is still a new version: new opens
+// after the TTL read it whole (the caches do not hand out the old one's
+// blocks), and a handle open on the old one never mixes in the new bytes.
+func TestServerWithoutETags(t *testing.T) {
+	st := srv.NewBucket(t)
+	v1 := bytes.Repeat([]byte("1"), 3<<20)
+	v2 := bytes.Repeat([]byte("2"), 3<<20)
+	testenv.Put(t, st, "whole", v1)
+	testenv.Put(t, st, "part", v1)
+	fp := faultProxy(t)
+	fp.NoETags.Store(true)
+	const ttl = time.Second
+	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--metadata-ttl", ttl.String(), "--block-size", "1MiB",
+		"--prefetch", "off", "--cache-dir", t.TempDir(), "s3://"+st.Bucket())
+	if b, err := os.ReadFile(filepath.Join(m.dir, "whole")); err != nil || !bytes.Equal(b, v1) {
+		t.Fatalf("first read: %d bytes, %v", len(b), err)
+	}
+	f, err := os.Open(filepath.Join(m.dir, "part"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a new second: all the server tells of a version
+	testenv.Put(t, st, "whole", v2)
+	testenv.Put(t, st, "part", v2)
+	buf := make([]byte, 1<<20)
+	n, err := f.ReadAt(buf, 2<<20)
+	switch {
+	case err == nil || n > 0:
+		if !bytes.Equal(buf[:n], v1[:n]) {
+			t.Fatal("open handle returned bytes of the new version")
+		}
+	case !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO):
+		t.Fatalf("read after change: %v, want ESTALE or EIO", err)
+	}
+	time.Sleep(ttl + 300*time.Millisecond)
+	for _, name := range []string{"whole", "part"} {
+		if b, err := os.ReadFile(filepath.Join(m.dir, name)); err != nil || !bytes.Equal(b, v2) {
+			t.Fatalf("%s after the TTL: %d bytes, %v, new version %v; want the new version", name, len(b), err, bytes.Equal(b, v2))
+		}
+	}
+}
+
 // TestKillAndRestart: SIGKILL the binary during warm and during reads; the
 // next run with the same cache dir cleans the stale mount, keeps good
 // entries, serves exact bytes, and warm resumes.

@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +56,10 @@ type FaultProxy struct {
 	mu    sync.Mutex
 	rules []*Rule // guarded by mu
 	down  bool    // guarded by mu
+
+	// NoETags makes the proxy a server that sends no ETag: none in answers'
+	// headers, none in listings.
+	NoETags atomic.Bool
 
 	injected [numFaults]atomic.Int64
 	refused  atomic.Int64
@@ -166,12 +173,27 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.breakBody(w, r, resp, rule)
 		return
 	}
+	if p.NoETags.Load() {
+		resp.Header.Del("ETag")
+		if r.URL.Query().Has("list-type") {
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				hijackClose(w)
+				return
+			}
+			b = etagElem.ReplaceAll(b, nil)
+			resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+		}
+	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 }
+
+var etagElem = regexp.MustCompile(`<ETag>[^<]*</ETag>`)
 
 // forward sends r to the real server unchanged (the signature covers the
 // Host header, which stays the proxy's: the server validates what it got).

@@ -105,7 +105,8 @@ func encodePath(p string) string {
 }
 
 // get sends GET for obj's bytes [off, off+n) (n < 0: to the end), If-Match
-// its ETag, and returns the body of a 200 or 206 answer.
+// its ETag (If-Unmodified-Since its time, for a made one), and returns the
+// body of a 200 or 206 answer of obj's size.
 func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
 	base, prefix, region, err := g.target(ctx)
 	if err != nil {
@@ -128,7 +129,15 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
 	}
 	var match string
-	if obj.ETag != "" {
+	switch {
+	case store.IsMadeETag(obj.ETag):
+		if !obj.ModTime.IsZero() {
+			// The next second: a HEAD's time has lost the object's
+			// fraction of a second, which some servers compare.
+			since := obj.ModTime.Truncate(time.Second).Add(time.Second)
+			req.Header.Set("If-Unmodified-Since", since.UTC().Format(http.TimeFormat))
+		}
+	case obj.ETag != "":
 		match = `"` + obj.ETag + `"`
 		req.Header.Set("If-Match", match)
 	}
@@ -159,14 +168,21 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		return nil, mapErr(errorResponse(resp, body, g.bucket, obj.Key))
 	}
+	size := resp.ContentLength // of a 200: the whole object
 	if resp.StatusCode == http.StatusPartialContent {
-		if err := checkRange(resp.Header.Get("Content-Range"), off, n); err != nil {
+		var err error
+		if size, err = checkRange(resp.Header.Get("Content-Range"), off, n); err != nil {
 			resp.Body.Close()
 			return nil, fmt.Errorf("range %s: %w", rng, err)
 		}
 	}
-	// A server that ignores If-Match would hand out the new version: check.
-	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); obj.ETag != "" && etag != "" && etag != obj.ETag {
+	// A server that ignores If-Match (or that sent no ETag to match) would
+	// hand out the new version: check what can be checked.
+	if size >= 0 && obj.Size > 0 && size != obj.Size {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the object has %d bytes, want %d: %w", size, obj.Size, store.ErrChanged)
+	}
+	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); obj.ETag != "" && !store.IsMadeETag(obj.ETag) && etag != "" && etag != obj.ETag {
 		resp.Body.Close()
 		return nil, fmt.Errorf("etag %s, want %s: %w", etag, obj.ETag, store.ErrChanged)
 	}
@@ -243,15 +259,16 @@ func errorResponse(resp *http.Response, body []byte, bucket, key string) minio.E
 // checkRange checks that a 206 answer's Content-Range ("bytes a-b/total")
 // holds the bytes asked for, [off, off+n) (n < 0: to the end): a proxy
 // that answers another range would otherwise hand out wrong bytes as
-// these. A range past the object's end ends at its last byte.
-func checkRange(cr string, off, n int64) error {
+// these. A range past the object's end ends at its last byte. It returns the
+// object's size the answer gives (-1: "*", unknown).
+func checkRange(cr string, off, n int64) (int64, error) {
 	spec, ok := strings.CutPrefix(cr, "bytes ")
 	span, total, ok2 := strings.Cut(spec, "/")
 	first, last, ok3 := strings.Cut(span, "-")
 	a, err1 := strconv.ParseInt(first, 10, 64)
 	b, err2 := strconv.ParseInt(last, 10, 64)
 	if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || b < a {
-		return fmt.Errorf("a partial answer with Content-Range %q", cr)
+		return 0, fmt.Errorf("a partial answer with Content-Range %q", cr)
 	}
 	size, err := strconv.ParseInt(total, 10, 64)
 	if err != nil {
@@ -267,7 +284,7 @@ func checkRange(cr string, off, n int64) error {
 		end = size - 1
 	}
 	if a != off || b != end {
-		return fmt.Errorf("the server answered bytes %d-%d for %d-%d", a, b, off, end)
+		return 0, fmt.Errorf("the server answered bytes %d-%d for %d-%d", a, b, off, end)
 	}
-	return nil
+	return size, nil
 }

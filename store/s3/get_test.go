@@ -179,6 +179,56 @@ func TestGetChecksContentRange(t *testing.T) {
 	}
 }
 
+// TestGetWithoutETag: an object listed without an ETag is read pinned to
+// its time (If-Unmodified-Since the second after it) and size: a later version, or one of another size, is ErrChanged, never its
+// bytes; an ETag the GET answer carries is not taken for a change.
+func TestGetWithoutETag(t *testing.T) {
+	listed := time.Date(2026, 12, 3, 12, 0, 0, 300e6, time.UTC)
+	type version struct {
+		body string
+		mod  time.Time
+		etag string
+	}
+	var cur atomic.Value
+	st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
+		v := cur.Load().(version)
+		if v.etag != "" {
+			w.Header().Set("ETag", `"`+v.etag+`"`)
+		}
+		http.ServeContent(w, r, "k", v.mod, strings.NewReader(v.body)) // honours If-Unmodified-Since
+	})
+	obj := object("k", 10, "", listed)
+	if !store.IsMadeETag(obj.ETag) {
+		t.Fatalf("object listed without an ETag got %q", obj.ETag)
+	}
+	for _, tc := range []struct {
+		name    string
+		v       version
+		changed bool
+	}{
+		{"as listed", version{"0123456789", listed, ""}, false},
+		{"as listed, with an ETag on the GET", version{"0123456789", listed, "e1"}, false},
+		{"written later", version{"abcdefghij", listed.Add(2 * time.Second), ""}, true},
+		{"another size", version{"0123", listed, ""}, true},
+	} {
+		cur.Store(tc.v)
+		for _, r := range []struct{ off, n int64 }{{0, 10}, {2, 4}} {
+			rc, err := st.ReadRange(context.Background(), obj, r.off, r.n)
+			var b []byte
+			if err == nil {
+				b, err = io.ReadAll(rc)
+				rc.Close()
+			}
+			switch {
+			case tc.changed && !errors.Is(err, store.ErrChanged):
+				t.Errorf("%s [%d,+%d): %q, %v; want ErrChanged", tc.name, r.off, r.n, b, err)
+			case !tc.changed && (err != nil || string(b) != tc.v.body[r.off:r.off+r.n]):
+				t.Errorf("%s [%d,+%d): %q, %v", tc.name, r.off, r.n, b, err)
+			}
+		}
+	}
+}
+
 // storeAt returns a store (path style, signed requests) of the bucket
 // "bkt" at a test server that answers with h.
 func storeAt(t *testing.T, h http.HandlerFunc) *Store {

@@ -138,7 +138,7 @@ func decodePage(body []byte) (*page, error) {
 		if err != nil {
 			return nil, err
 		}
-		pg.objects = append(pg.objects, store.Object{Key: key, Size: c.Size, ETag: strings.Trim(c.ETag, `"`), ModTime: c.LastModified})
+		pg.objects = append(pg.objects, object(key, c.Size, c.ETag, c.LastModified))
 	}
 	for _, c := range r.CommonPrefixes {
 		p, err := decodeName(c.Prefix, r.EncodingType)
@@ -180,7 +180,7 @@ func scanPage(b []byte) (*page, bool) {
 			if body, key, rest, ok = named(rest, "Contents", "Key", enc); !ok {
 				return nil, false
 			}
-			o := store.Object{Key: key}
+			var o store.Object
 			var err error
 			size, sizeFound, sizeOK := text(body, "Size")
 			etag, etagFound, etagOK := text(body, "ETag")
@@ -193,13 +193,12 @@ func scanPage(b []byte) (*page, bool) {
 					return nil, false
 				}
 			}
-			o.ETag = strings.Trim(etag, `"`)
 			if modFound {
 				if o.ModTime, err = time.Parse(time.RFC3339Nano, mod); err != nil {
 					return nil, false
 				}
 			}
-			pg.objects = append(pg.objects, o)
+			pg.objects = append(pg.objects, object(key, o.Size, etag, o.ModTime))
 		case bytes.HasPrefix(rest, []byte("<CommonPrefixes>")):
 			var p string
 			if _, p, rest, ok = named(rest, "CommonPrefixes", "Prefix", enc); !ok {

@@ -50,6 +50,12 @@ func TestParsePage(t *testing.T) {
 		{"CDATA", listXML("", "<KeyCount>1</KeyCount>", contents("<![CDATA[d/<x>]]>", `"e"`, 1)), false,
 			&page{objects: []store.Object{{Key: "d/<x>", ETag: "e", Size: 1, ModTime: mod}}, truncated: true, next: "tok&1"}},
 		{"empty", listXML("url", "<KeyCount>0</KeyCount>", ""), true, &page{truncated: true, next: "tok&1"}},
+		// A server that lists no ETag: one is made of size and time, so
+		// that the object's versions can be told apart.
+		{"no ETag", listXML("", "<KeyCount>1</KeyCount>", strings.Replace(contents("d/a", "", 3), "<ETag></ETag>", "", 1)), true,
+			&page{objects: []store.Object{{Key: "d/a", ETag: store.MadeETag(3, mod), Size: 3, ModTime: mod}}, truncated: true, next: "tok&1"}},
+		{"empty ETag", listXML("", "<KeyCount>1</KeyCount>", contents("d/a", "", 3)), true,
+			&page{objects: []store.Object{{Key: "d/a", ETag: store.MadeETag(3, mod), Size: 3, ModTime: mod}}, truncated: true, next: "tok&1"}},
 		// A field the scanner cannot read exactly is not absent: the page
 		// goes to encoding/xml, which reads it.
 		{"raw CR in an ETag", listXML("", "<KeyCount>1</KeyCount>", contents("d/a", "e\r1", 1)), false,

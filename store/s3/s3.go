@@ -245,7 +245,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (s
 	if err != nil {
 		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
 	}
-	return store.Object{Key: key, Size: info.Size, ETag: info.ETag, ModTime: info.LastModified}, nil
+	return object(key, info.Size, info.ETag, info.LastModified), nil
 }
 
 // Remove deletes one object; a missing object is not an error.
@@ -257,7 +257,18 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 }
 
 func toObject(info minio.ObjectInfo) store.Object {
-	return store.Object{Key: info.Key, Size: info.Size, ETag: strings.Trim(info.ETag, `"`), ModTime: info.LastModified}
+	return object(info.Key, info.Size, info.ETag, info.LastModified)
+}
+
+// object is the metadata of an object as the server sent it, with the ETag
+// unquoted, or made from size and time when the server sent none: every
+// object the store hands out can be pinned.
+func object(key string, size int64, etag string, mod time.Time) store.Object {
+	o := store.Object{Key: key, Size: size, ETag: strings.Trim(etag, `"`), ModTime: mod}
+	if o.ETag == "" {
+		o.ETag = store.MadeETag(size, mod)
+	}
+	return o
 }
 
 // mapErr turns S3 error responses into the store's sentinel errors, keeping
