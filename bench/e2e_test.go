@@ -30,7 +30,8 @@ paths[].epochs[].latency_s.p90 paths[].epochs[].latency_s.p99 paths[].epochs[].l
 paths[].epochs[].mb_per_s paths[].epochs[].samples paths[].epochs[].samples_per_s paths[].epochs[].steps
 paths[].epochs[].time_to_first_batch_s paths[].epochs[].wall_s paths[].files paths[].kind
 paths[].latency_cdf paths[].latency_cdf.cold paths[].latency_cdf.warm paths[].list_s
-paths[].max_accelerators paths[].max_accelerators.limit paths[].max_accelerators.max
+paths[].max_accelerators paths[].max_accelerators.after_epochs paths[].max_accelerators.limit
+paths[].max_accelerators.max paths[].max_accelerators.page_cache_dropped
 paths[].max_accelerators.target_au paths[].max_accelerators.trials paths[].max_accelerators.trials[]
 paths[].max_accelerators.trials[].accelerators paths[].max_accelerators.trials[].au
 paths[].max_accelerators.trials[].wall_s paths[].path paths[].readers paths[].summary
@@ -109,8 +110,8 @@ func TestGenRunLocalAndS3(t *testing.T) {
 				t.Errorf("%s epoch %d: samples %d bytes %d steps %d AU %v", p.Path, e.Epoch, e.Samples, e.Bytes, e.Steps, e.AU)
 			}
 		}
-		if p.MaxAccelerators == nil || len(p.MaxAccelerators.Trials) == 0 {
-			t.Errorf("%s: no find-max trials", p.Path)
+		if m := p.MaxAccelerators; m == nil || len(m.Trials) == 0 || m.AfterEpochs != 2 || m.PageCacheDropped {
+			t.Errorf("%s: find-max %+v; want trials after 2 epochs, page cache kept", p.Path, m)
 		}
 		if p.Bounds.Binding == "" || p.Bounds.BoundS <= 0 {
 			t.Errorf("%s: no binding bound with a probed store: %+v", p.Path, p.Bounds)
@@ -154,7 +155,7 @@ func TestGenRunLocalAndS3(t *testing.T) {
 	if err := res.WriteTable(&tb); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{dir, "imagenet/train/", "p99.9", "AU", "relative to"} {
+	for _, w := range []string{dir, "imagenet/train/", "p99.9", "AU", "relative to", "run after 2 epochs, on the caches they left"} {
 		if !strings.Contains(tb.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, tb.String())
 		}

@@ -145,6 +145,12 @@ type LatencyCDF struct {
 type MaxAccelerators struct {
 	TargetAU float64 `json:"target_au"`
 	Max      int     `json:"max"`
+	// AfterEpochs: the trials ran after this many epochs of the path, so
+	// on what its caches kept of them (a mount's included): the count a
+	// warm epoch sustains, not a cold one's. PageCacheDropped: the kernel
+	// page cache was dropped before each trial (--drop-caches).
+	AfterEpochs      int  `json:"after_epochs"`
+	PageCacheDropped bool `json:"page_cache_dropped"`
 	// Limit says why the search stopped early, if it did.
 	Limit  string  `json:"limit"`
 	Trials []Trial `json:"trials"`

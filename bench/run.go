@@ -264,7 +264,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 	}
 	if cfg.FindMaxAccelerators {
 		for i, st := range states {
-			m, err := findMax(ctx, cfg, st.src, st.files, st.workers, st.fileLevel, bufs)
+			m, err := findMax(ctx, cfg, st.src, st.files, st.workers, st.fileLevel, bufs, dropOK)
 			if err != nil {
 				return nil, fmt.Errorf("run: %s: find max accelerators: %w", st.src, err)
 			}
@@ -564,9 +564,11 @@ func safeDiv(a, b float64) float64 {
 
 // findMax doubles the accelerator count while AU stays at or above the
 // target, then bisects between the last count that held and the first that
-// did not. Each trial is one epoch (bounded by MaxSteps).
-func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, workers int, fileLevel bool, bufs readBufs) (*MaxAccelerators, error) {
-	m := &MaxAccelerators{TargetAU: cfg.TargetAU, Trials: []Trial{}}
+// did not. Each trial is one epoch (bounded by MaxSteps), after the run's
+// epochs; with drop, the page cache is dropped before each, as before each
+// epoch.
+func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, workers int, fileLevel bool, bufs readBufs, drop bool) (*MaxAccelerators, error) {
+	m := &MaxAccelerators{TargetAU: cfg.TargetAU, Trials: []Trial{}, AfterEpochs: cfg.Epochs, PageCacheDropped: drop}
 	// Direct GETs keep their total concurrency whatever the accelerator
 	// count (the network is what is measured); mounts get workers per
 	// accelerator, as each training rank brings its own loader.
@@ -580,6 +582,12 @@ func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, worke
 			// AU excludes the first step: two steps say too little.
 			return 0, false, nil
 		}
+		if drop {
+			if err := DropPageCache(); err != nil {
+				return 0, false, err
+			}
+		}
+		runtime.GC()
 		ep, err := runEpoch(ctx, epochPlan{src: src, files: files, order: order, accels: a, workers: workers, batch: cfg.Batch,
 			prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample, maxSteps: cfg.MaxSteps, fileLevel: fileLevel, bufs: bufs}, cfg.Progress,
 			fmt.Sprintf("find-max %d acc", a))

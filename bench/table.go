@@ -72,7 +72,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if m.Limit != "" {
 			atLeast = "at least " // no count failed: the true maximum is higher
 		}
-		fmt.Fprintf(ew, "\nmax accelerators with AU >= %.0f%% on %s: %s%d (trials accelerators:AU %s)", m.TargetAU*100, pr.Path, atLeast, m.Max, strings.Join(trials, " "))
+		state := "on the caches they left"
+		if m.PageCacheDropped {
+			state = "page cache dropped before each"
+		}
+		fmt.Fprintf(ew, "\nmax accelerators with AU >= %.0f%% on %s: %s%d (trials accelerators:AU %s; run after %d epochs, %s)",
+			m.TargetAU*100, pr.Path, atLeast, m.Max, strings.Join(trials, " "), m.AfterEpochs, state)
 		if m.Limit != "" {
 			fmt.Fprintf(ew, "; %s", m.Limit)
 		}
