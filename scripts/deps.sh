@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh: install what the tests and the demo need on a fresh machine, skipping
-# what is present: Go modules, the versitygw S3 server (go install), and FUSE
+# what is present: Go modules, the versitygw S3 server (go install), FUSE
 # userspace tools (Debian fuse3; dataccel mounts directly as root, fusermount3
-# is the fallback for non-root users).
+# is the fallback for non-root users) and openssl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSITYGW_VERSION=v1.8.0
@@ -15,9 +15,14 @@ fi
 if [[ ! -e /dev/fuse ]]; then
   echo "warning: /dev/fuse is missing: FUSE mounts (and their tests) cannot run here" >&2
 fi
-if ! command -v fusermount3 >/dev/null && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
-  echo "installing fuse3 (fusermount3)"
-  (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3 >/dev/null) ||
-    echo "warning: could not install fuse3; root mounts work without it" >&2
+# Debian packages: fuse3 (fusermount3; root mounts work without it) and
+# openssl (deploy's test of gen-cert.sh).
+pkgs=()
+command -v fusermount3 >/dev/null || pkgs+=(fuse3)
+command -v openssl >/dev/null || pkgs+=(openssl)
+if ((${#pkgs[@]})) && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  echo "installing ${pkgs[*]}"
+  (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null) ||
+    echo "warning: could not install ${pkgs[*]}" >&2
 fi
 echo "deps ok: $(go version | cut -d' ' -f3), versitygw $VERSITYGW_VERSION at $GOBIN/versitygw"

@@ -44,6 +44,7 @@ func (c Config) Mutate(pod *corev1.Pod) ([]jsonpatch.Operation, Result, error) {
 	if err != nil {
 		return nil, Rejected, err
 	}
+	s.hostNetwork = pod.Spec.HostNetwork
 	if err := checkConflicts(pod, s); err != nil {
 		return nil, Rejected, err
 	}
@@ -72,6 +73,36 @@ func checkConflicts(pod *corev1.Pod, s settings) error {
 	for _, v := range pod.Spec.Volumes {
 		if v.Name == DataVolumeName || v.Name == CacheVolumeName {
 			return fmt.Errorf("volume name %q is reserved for the dataccel sidecar: rename the volume", v.Name)
+		}
+	}
+	return checkHTTPPort(pod, s)
+}
+
+// checkHTTPPort refuses a sidecar port that cannot be bound. A hostNetwork
+// pod must choose the port itself: there the port is the node's, and no
+// default is known to be free on every node (9100, the default, is
+// node-exporter's on most clusters; the webhook cannot see the node). A
+// refusal at admission that names the annotation beats a sidecar that
+// fails to bind and a pod its probes then kill.
+func checkHTTPPort(pod *corev1.Pod, s settings) error {
+	if s.hostNetwork && !s.httpPortSet {
+		return &AnnotationError{AnnotationHTTPPort, "", fmt.Sprintf("required on a hostNetwork pod: the sidecar's /metrics, /healthz and /readyz port is the node's there, and the default %d is often taken (node-exporter): choose a port free on the node", s.httpPort)}
+	}
+	// The pod's containers share the sidecar's network namespace. Regular
+	// init containers have exited by the time the sidecar (the last one)
+	// starts; native sidecars (restartPolicy Always) keep running.
+	ctrs := append([]corev1.Container{}, pod.Spec.Containers...)
+	for _, ic := range pod.Spec.InitContainers {
+		if ic.RestartPolicy != nil && *ic.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			ctrs = append(ctrs, ic)
+		}
+	}
+	for _, ctr := range ctrs {
+		for _, p := range ctr.Ports {
+			// Only TCP binds collide (Protocol "" defaults to TCP).
+			if p.ContainerPort == s.httpPort && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return fmt.Errorf("container %q declares port %d/TCP, which the dataccel sidecar serves /metrics, /healthz and /readyz on: choose another port with %s", ctr.Name, s.httpPort, AnnotationHTTPPort)
+			}
 		}
 	}
 	return nil

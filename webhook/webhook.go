@@ -49,9 +49,15 @@ const (
 	AnnotationRAMCacheSize = "dataccel.io/ram-cache-size"
 	// AnnotationEndpoint overrides the webhook's default S3 endpoint.
 	AnnotationEndpoint = "dataccel.io/endpoint"
+	// AnnotationRegion overrides the webhook's default S3 region, for a
+	// bucket that lives elsewhere; e.g. "eu-central-1".
+	AnnotationRegion = "dataccel.io/region"
 	// AnnotationSecret names the Secret (in the pod's namespace) holding
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 	AnnotationSecret = "dataccel.io/secret"
+	// AnnotationHTTPPort overrides the sidecar's /metrics, /healthz and
+	// /readyz port; required on hostNetwork pods (see checkHTTPPort).
+	AnnotationHTTPPort = "dataccel.io/http-port"
 	// AnnotationStatus is set to "injected" on pods the webhook changed.
 	AnnotationStatus = "dataccel.io/status"
 )
@@ -72,7 +78,7 @@ type Config struct {
 	Image           string            // the dataccel image (required)
 	ImagePullPolicy corev1.PullPolicy // default IfNotPresent
 	Endpoint        string            // default S3 endpoint; "" means AWS S3
-	Region          string            // S3 region; "" leaves the binary's default
+	Region          string            // default S3 region; "" leaves the binary's default
 	Secret          string            // default credentials Secret name
 	CacheHostPath   string            // node-local NVMe directory; one subdirectory per bucket/prefix
 	CacheSize       string            // default NVMe cache bound
@@ -168,7 +174,10 @@ type settings struct {
 	bucket, prefix, mountPath string
 	cacheSize, ramCacheSize   string
 	ramBytes                  int64
-	endpoint, secret          string
+	endpoint, region, secret  string
+	httpPort                  int32
+	httpPortSet               bool // the pod chose the port (AnnotationHTTPPort)
+	hostNetwork               bool // the pod's ports are the node's
 }
 
 // AnnotationError is a bad annotation; its message names the annotation,
@@ -183,6 +192,12 @@ func (e *AnnotationError) Error() string {
 
 var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
+// regionRE is a plain region name: AWS's (us-east-1, eu-central-1) and the
+// other stores' ("auto", "default", "nyc3", zone groups with "_"). It
+// starts with a letter or digit, so the value cannot pass for a flag of
+// the sidecar, and holds no space, "/" or "=".
+var regionRE = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$`)
+
 func (c Config) settings(ann map[string]string) (settings, error) {
 	s := settings{
 		bucket:       ann[AnnotationBucket],
@@ -191,7 +206,9 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 		cacheSize:    valueOr(ann, AnnotationCacheSize, c.CacheSize),
 		ramCacheSize: valueOr(ann, AnnotationRAMCacheSize, c.RAMCacheSize),
 		endpoint:     valueOr(ann, AnnotationEndpoint, c.Endpoint),
+		region:       valueOr(ann, AnnotationRegion, c.Region),
 		secret:       valueOr(ann, AnnotationSecret, c.Secret),
+		httpPort:     c.HTTPPort,
 	}
 	if s.bucket == "" {
 		return s, &AnnotationError{AnnotationBucket, "", "required when " + AnnotationInject + ` is "true"`}
@@ -230,8 +247,19 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 			return s, &AnnotationError{AnnotationEndpoint, s.endpoint, "want scheme://host[:port] only"}
 		}
 	}
+	if s.region != "" && !regionRE.MatchString(s.region) {
+		return s, &AnnotationError{AnnotationRegion, s.region, `want a region name such as "us-east-1" or "eu-central-1": up to 64 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit`}
+	}
 	if errs := validation.IsDNS1123Subdomain(s.secret); len(errs) > 0 {
 		return s, &AnnotationError{AnnotationSecret, s.secret, "want a Secret name: " + strings.Join(errs, "; ")}
+	}
+	if v, ok := ann[AnnotationHTTPPort]; ok {
+		// Digits only: ParseUint takes no sign or space.
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || n == 0 {
+			return s, &AnnotationError{AnnotationHTTPPort, v, "want a TCP port number, 1-65535"}
+		}
+		s.httpPort, s.httpPortSet = int32(n), true
 	}
 	return s, nil
 }
@@ -325,8 +353,8 @@ func (c Config) sidecarArgs(s settings) []string {
 	if s.endpoint != "" {
 		args = append(args, "--endpoint="+s.endpoint)
 	}
-	if c.Region != "" {
-		args = append(args, "--region="+c.Region)
+	if s.region != "" {
+		args = append(args, "--region="+s.region)
 	}
 	return append(args,
 		"--cache-dir="+path.Join(sidecarCacheDir, cacheSubdir(s)),
@@ -334,7 +362,7 @@ func (c Config) sidecarArgs(s settings) []string {
 		"--ram-cache-size="+s.ramCacheSize,
 		"--max-inflight="+strconv.Itoa(c.MaxInflight),
 		"--prefetch=on",
-		"--http=:"+strconv.Itoa(int(c.HTTPPort)),
+		"--http=:"+strconv.Itoa(int(s.httpPort)),
 		"--ready-file="+sidecarReadyFile,
 		"--metadata-ttl="+c.MetadataTTL,
 		// The trainer runs as another uid; without allow_other the kernel
@@ -360,6 +388,13 @@ func (c Config) sidecar(s settings) corev1.Container {
 			FailureThreshold: failures,
 		}
 	}
+	port := corev1.ContainerPort{Name: HTTPPortName, ContainerPort: s.httpPort, Protocol: corev1.ProtocolTCP}
+	if s.hostNetwork {
+		// The API server defaults it so too; said outright, the
+		// scheduler's host-port check keeps a second pod that wants this
+		// node port off the node instead of letting its sidecar fail to bind.
+		port.HostPort = s.httpPort
+	}
 	secretEnv := func(name string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: s.secret}, Key: name,
@@ -376,7 +411,8 @@ func (c Config) sidecar(s settings) corev1.Container {
 			// A soft limit for the Go runtime, below the container's limit.
 			{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()/10*9, 10)},
 		},
-		Ports: []corev1.ContainerPort{{Name: HTTPPortName, ContainerPort: c.HTTPPort, Protocol: corev1.ProtocolTCP}},
+		// The probes name the port, so they follow the pod's choice.
+		Ports: []corev1.ContainerPort{port},
 		// Startup: the mount must serve before the next containers start
 		// (up to 5 minutes: a cold listing of a large prefix takes time).
 		StartupProbe:   probe("/readyz", 2, 150),

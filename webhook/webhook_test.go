@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,8 +56,15 @@ spec:
 // (value "-" deletes it).
 func podWith(t *testing.T, key, value string) string {
 	t.Helper()
+	return annotate(t, annotatedPod, key, value)
+}
+
+// annotate returns podYAML with the annotation key set to value (value "-"
+// deletes it).
+func annotate(t *testing.T, podYAML, key, value string) string {
+	t.Helper()
 	var p map[string]any
-	if err := yaml.Unmarshal([]byte(annotatedPod), &p); err != nil {
+	if err := yaml.Unmarshal([]byte(podYAML), &p); err != nil {
 		t.Fatal(err)
 	}
 	ann := p["metadata"].(map[string]any)["annotations"].(map[string]any)
@@ -359,6 +368,18 @@ func TestRejected(t *testing.T) {
 		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: other, mountPath: /data}\n  volumes:\n  - {name: other, emptyDir: {}}\n", 1)
 	conflictName := strings.Replace(annotatedPod, "  - name: trainer\n", "  - name: dataccel\n", 1)
 	conflictVol := strings.Replace(annotatedPod, "  containers:\n", "  volumes:\n  - {name: dataccel-cache, emptyDir: {}}\n  containers:\n", 1)
+	trainerPort9100 := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
+		"    command: [python, train.py, --data, /data]\n    ports:\n    - {name: metrics, containerPort: 9100}\n", 1)
+	hostNetwork := strings.Replace(annotatedPod, "spec:\n", "spec:\n  hostNetwork: true\n", 1)
+	hostNetworkPort9100 := strings.Replace(trainerPort9100, "spec:\n", "spec:\n  hostNetwork: true\n", 1)
+	nativeSidecarPort9100 := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
+  - name: proxy
+    image: envoyproxy/envoy
+    restartPolicy: Always
+    ports:
+    - {containerPort: 9100, protocol: TCP}
+  containers:
+`, 1)
 	mountInside := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
 		"    command: [python, train.py, --data, /data]\n    volumeMounts:\n    - {name: ckpt, mountPath: /data/checkpoints}\n  volumes:\n  - {name: ckpt, emptyDir: {}}\n", 1)
 	tests := []struct {
@@ -385,6 +406,23 @@ func TestRejected(t *testing.T) {
 		{"mount path hiding the sidecar's binary", podWith(t, webhook.AnnotationMountPath, "/usr/local/bin"), "must not be /usr/local/bin"},
 		{"a mount inside the mount path", mountInside, `mounts volume "ckpt" at /data/checkpoints, inside the dataset's mount path /data`},
 		{"secret name", podWith(t, webhook.AnnotationSecret, "Not_A_Name"), "dataccel.io/secret"},
+		{"region with a space", podWith(t, webhook.AnnotationRegion, "eu central-1"), `dataccel.io/region="eu central-1"`},
+		{"region with a slash", podWith(t, webhook.AnnotationRegion, "eu-central-1/x"), "dataccel.io/region"},
+		{"region that is a flag", podWith(t, webhook.AnnotationRegion, "--endpoint=http://evil:9000"), "dataccel.io/region"},
+		{"region starting with -", podWith(t, webhook.AnnotationRegion, "-eu-central-1"), "dataccel.io/region"},
+		{"region with =", podWith(t, webhook.AnnotationRegion, "eu=central"), "dataccel.io/region"},
+		{"region with a newline", podWith(t, webhook.AnnotationRegion, "eu-central-1\n--allow-root"), "dataccel.io/region"},
+		{"region too long", podWith(t, webhook.AnnotationRegion, strings.Repeat("a", 65)), "dataccel.io/region"},
+		{"http port zero", podWith(t, webhook.AnnotationHTTPPort, "0"), `dataccel.io/http-port="0": want a TCP port number, 1-65535`},
+		{"http port too large", podWith(t, webhook.AnnotationHTTPPort, "65536"), "dataccel.io/http-port"},
+		{"http port negative", podWith(t, webhook.AnnotationHTTPPort, "-1"), "dataccel.io/http-port"},
+		{"http port with a sign", podWith(t, webhook.AnnotationHTTPPort, "+9400"), "dataccel.io/http-port"},
+		{"http port a name", podWith(t, webhook.AnnotationHTTPPort, "metrics"), "dataccel.io/http-port"},
+		{"hostNetwork without an http port", hostNetwork, `dataccel.io/http-port="": required on a hostNetwork pod`},
+		{"default http port declared by the trainer", trainerPort9100, `container "trainer" declares port 9100/TCP`},
+		{"annotated http port declared by the trainer", annotate(t, trainerPort9100, webhook.AnnotationHTTPPort, "9100"), "choose another port with dataccel.io/http-port"},
+		{"hostNetwork http port declared by the trainer", annotate(t, hostNetworkPort9100, webhook.AnnotationHTTPPort, "9100"), `container "trainer" declares port 9100/TCP`},
+		{"http port declared by a native sidecar", nativeSidecarPort9100, `container "proxy" declares port 9100/TCP`},
 		{"mount path taken", conflictMount, `already mounts volume "other" at /data`},
 		{"container named dataccel", conflictName, "reserved"},
 		{"volume named dataccel-cache", conflictVol, "reserved"},
@@ -480,6 +518,9 @@ func TestConfigValidate(t *testing.T) {
 		{"metadata ttl", func(c *webhook.Config) { c.MetadataTTL = "90s" }, true},
 		{"max inflight over the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit + 1 }, false},
 		{"max inflight at the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit }, true},
+		{"region", func(c *webhook.Config) { c.Region = "eu-central-1" }, true},
+		{"region that is a flag", func(c *webhook.Config) { c.Region = "--endpoint=x" }, false},
+		{"region with a space", func(c *webhook.Config) { c.Region = "us east" }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -499,3 +540,115 @@ var longPrefixHash = func() string {
 	sum := sha256.Sum256([]byte(strings.Repeat("dir/", 100)))
 	return hex.EncodeToString(sum[:16])
 }()
+
+// injected runs podYAML through a handler for cfg, wants it injected, and
+// returns the patched pod and its sidecar.
+func injected(t *testing.T, cfg webhook.Config, podYAML string) (*corev1.Pod, corev1.Container) {
+	t.Helper()
+	h, err := webhook.NewHandler(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := review(t, h, podYAML, admissionv1.Create)
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	pod := applyPatch(t, podYAML, resp)
+	sc := sidecars(pod)
+	if len(sc) != 1 {
+		t.Fatalf("%d sidecars, want exactly 1", len(sc))
+	}
+	return pod, sc[0]
+}
+
+// flagValues returns every value of --name=V in args.
+func flagValues(args []string, name string) []string {
+	var out []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// TestHTTPPort: the sidecar serves, declares and is probed on the port
+// the pod chose (or the webhook's default), and a hostNetwork pod claims
+// it on the node.
+func TestHTTPPort(t *testing.T) {
+	hostNet := func(pod string) string { return strings.Replace(pod, "spec:\n", "spec:\n  hostNetwork: true\n", 1) }
+	// The trainer's UDP 9100 and a finished init container's TCP 9100 do
+	// not collide with the sidecar's TCP listener.
+	otherPorts := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
+		"    command: [python, train.py, --data, /data]\n    ports:\n    - {containerPort: 9100, protocol: UDP}\n", 1)
+	otherPorts = strings.Replace(otherPorts, "  containers:\n", `  initContainers:
+  - name: warmup
+    image: busybox
+    ports:
+    - {containerPort: 9100}
+  containers:
+`, 1)
+	tests := []struct {
+		name         string
+		cfgPort      int32
+		pod          string
+		wantPort     int32
+		wantHostPort int32
+	}{
+		{"default", 0, annotatedPod, webhook.DefaultHTTPPort, 0},
+		{"webhook flag", 9200, annotatedPod, 9200, 0},
+		{"annotation", 9200, podWith(t, webhook.AnnotationHTTPPort, "9400"), 9400, 0},
+		{"annotation, highest port", 0, podWith(t, webhook.AnnotationHTTPPort, "65535"), 65535, 0},
+		{"hostNetwork with the annotation", 0, hostNet(podWith(t, webhook.AnnotationHTTPPort, "19100")), 19100, 19100},
+		{"same number, other protocol or an exited init container", 0, otherPorts, webhook.DefaultHTTPPort, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig
+			cfg.HTTPPort = tt.cfgPort
+			_, s := injected(t, cfg, tt.pod)
+			if got := flagValues(s.Args, "http"); len(got) != 1 || got[0] != fmt.Sprintf(":%d", tt.wantPort) {
+				t.Fatalf("--http %v, want [:%d]", got, tt.wantPort)
+			}
+			if len(s.Ports) != 1 || s.Ports[0].ContainerPort != tt.wantPort || s.Ports[0].HostPort != tt.wantHostPort ||
+				s.Ports[0].Protocol != corev1.ProtocolTCP {
+				t.Fatalf("ports %+v, want TCP %d (host port %d)", s.Ports, tt.wantPort, tt.wantHostPort)
+			}
+			for name, p := range map[string]*corev1.Probe{"startup": s.StartupProbe, "readiness": s.ReadinessProbe, "liveness": s.LivenessProbe} {
+				if p == nil || p.HTTPGet == nil {
+					t.Fatalf("no %s httpGet probe", name)
+				}
+				port := p.HTTPGet.Port
+				if port.String() != s.Ports[0].Name && port.IntValue() != int(tt.wantPort) {
+					t.Fatalf("%s probe on port %s, want the sidecar's %d", name, port.String(), tt.wantPort)
+				}
+			}
+		})
+	}
+}
+
+// TestRegion: the region a pod annotates, else the webhook's, reaches the
+// sidecar as --region.
+func TestRegion(t *testing.T) {
+	tests := []struct {
+		name, cfgRegion, pod string
+		want                 []string
+	}{
+		{"none", "", annotatedPod, nil},
+		{"webhook default", "us-west-2", annotatedPod, []string{"us-west-2"}},
+		{"annotation", "", podWith(t, webhook.AnnotationRegion, "eu-central-1"), []string{"eu-central-1"}},
+		{"annotation over the default", "us-west-2", podWith(t, webhook.AnnotationRegion, "ap-southeast-2"), []string{"ap-southeast-2"}},
+		{"another store's region", "", podWith(t, webhook.AnnotationRegion, "auto"), []string{"auto"}},
+		{"empty annotation: the binary's default", "us-west-2", podWith(t, webhook.AnnotationRegion, ""), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig
+			cfg.Region = tt.cfgRegion
+			_, s := injected(t, cfg, tt.pod)
+			if got := flagValues(s.Args, "region"); !slices.Equal(got, tt.want) {
+				t.Fatalf("--region %v, want %v (args %v)", got, tt.want, s.Args)
+			}
+		})
+	}
+}

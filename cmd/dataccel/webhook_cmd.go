@@ -51,14 +51,14 @@ The certificate files are re-read when they change (rotation needs no restart).`
 	fl.String("image", "", "dataccel image the sidecar runs (required)")
 	fl.String("image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent, Never")
 	fl.String("endpoint", "", "default S3 endpoint URL for sidecars (empty: AWS S3); a pod may override it with "+webhook.AnnotationEndpoint)
-	fl.String("region", "", "S3 region passed to sidecars (empty: the binary's default)")
+	fl.String("region", "", "default S3 region of sidecars; a pod may set its own with "+webhook.AnnotationRegion+" (empty: the binary's default)")
 	fl.String("secret", webhook.DefaultSecret, "default Secret (in the pod's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; a pod may override it with "+webhook.AnnotationSecret)
 	fl.String("cache-host-path", webhook.DefaultCacheHostPath, "node-local NVMe directory for caches (one subdirectory per bucket/prefix)")
 	fl.String("cache-size", webhook.DefaultCacheSize, "default NVMe cache size per pod ("+webhook.AnnotationCacheSize+" overrides)")
 	fl.String("ram-cache-size", webhook.DefaultRAMCacheSize, "default RAM cache size per pod ("+webhook.AnnotationRAMCacheSize+" overrides); sizes the sidecar's memory")
 	fl.String("mount-path", webhook.DefaultMountPath, "default dataset path in the containers ("+webhook.AnnotationMountPath+" overrides)")
 	fl.Int("max-inflight", webhook.DefaultMaxInflight, "sidecar --max-inflight (concurrent GETs)")
-	fl.Int("sidecar-http-port", webhook.DefaultHTTPPort, "port of the sidecar's /metrics, /healthz and /readyz")
+	fl.Int("sidecar-http-port", webhook.DefaultHTTPPort, "default port of the sidecar's /metrics, /healthz and /readyz; a pod may set its own with "+webhook.AnnotationHTTPPort+" (hostNetwork pods must)")
 	fl.String("metadata-ttl", webhook.DefaultMetadataTTL, "sidecar --metadata-ttl")
 	return cmd
 }
