@@ -94,7 +94,9 @@ func TestEndpointDownThroughMount(t *testing.T) {
 		{"refused", func(fp *testenv.FaultProxy) { fp.SetDown(true) }, func(fp *testenv.FaultProxy) { fp.SetDown(false) }},
 		{"stalled", func(fp *testenv.FaultProxy) { fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Stall: time.Minute}) },
 			func(fp *testenv.FaultProxy) { fp.Clear() }},
-		{"dripping", func(fp *testenv.FaultProxy) { fp.Add(testenv.Rule{Fault: testenv.DripMidBody, Stall: 50 * time.Millisecond}) },
+		{"dripping", func(fp *testenv.FaultProxy) {
+			fp.Add(testenv.Rule{Fault: testenv.DripMidBody, Stall: 50 * time.Millisecond})
+		},
 			func(fp *testenv.FaultProxy) { fp.Clear() }},
 	}
 	for _, tc := range tests {
