@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func (f *FS) Restore(dirs []store.ManifestDir) { f.ns.restore(f.cfg.Prefix, dirs
 
 // Snapshot returns the directory listings the mount holds (for a manifest)
 // and a generation number that changes whenever a listing is made.
-func (f *FS) Snapshot() ([]store.ManifestDir, uint64) { return f.ns.snapshot() }
+func (f *FS) Snapshot() (iter.Seq[store.ManifestDir], uint64) { return f.ns.snapshot() }
 
 // Generation is the number Snapshot would return, without the copy.
 func (f *FS) Generation() uint64 { return f.ns.generation() }

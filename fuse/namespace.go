@@ -3,7 +3,10 @@ package fuse
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -163,25 +166,39 @@ func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
 	return l
 }
 
-// snapshot returns every cached listing (for a manifest) and the
-// generation: a number that changes whenever a listing is installed.
-func (ns *namespace) snapshot() ([]store.ManifestDir, uint64) {
+// snapshot returns the cached listings (for a manifest), in directory
+// order, and the generation: a number that changes whenever a listing is
+// installed. Each listing is copied as the sequence reaches it, under ns.mu
+// for that listing alone: a million files are never copied at once, nor
+// ns.mu held while they are. A listing installed after the call may be in
+// the sequence, one dropped after it is not; either changes the generation,
+// so a caller that saves by generation saves again.
+func (ns *namespace) snapshot() (iter.Seq[store.ManifestDir], uint64) {
 	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	out := make([]store.ManifestDir, 0, len(ns.dirs))
-	for dir, l := range ns.dirs {
-		md := store.ManifestDir{Dir: dir}
-		for _, e := range l.entries {
-			if e.dir {
-				md.Subdirs = append(md.Subdirs, e.name)
-			} else {
-				md.Files = append(md.Files, e.obj)
+	names := slices.Sorted(maps.Keys(ns.dirs))
+	gen := ns.gen
+	ns.mu.Unlock()
+	return func(yield func(store.ManifestDir) bool) {
+		for _, dir := range names {
+			ns.mu.Lock()
+			l := ns.dirs[dir]
+			var md store.ManifestDir
+			if l != nil {
+				md.Dir = dir
+				for _, e := range l.entries {
+					if e.dir {
+						md.Subdirs = append(md.Subdirs, e.name)
+					} else {
+						md.Files = append(md.Files, e.obj)
+					}
+				}
+			}
+			ns.mu.Unlock()
+			if l != nil && !yield(md) {
+				return
 			}
 		}
-		out = append(out, md)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Dir < out[j].Dir })
-	return out, ns.gen
+	}, gen
 }
 
 // generation is the number snapshot would return, without the copy.

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -100,18 +102,27 @@ var ErrManifestMismatch = errors.New("manifest is for another bucket or prefix")
 
 // SaveManifest writes m to path atomically (temp file, then rename).
 func SaveManifest(path string, m *Manifest) error {
+	_, _, err := SaveManifestDirs(path, m, slices.Values(m.Dirs))
+	return err
+}
+
+// SaveManifestDirs is SaveManifest with the directories taken one at a time
+// from dirs instead of from m.Dirs: a caller that holds the listings in
+// another form (the mount's namespace) then copies one directory at a time,
+// never all of them at once. It returns the directories and files written.
+func SaveManifestDirs(path string, m *Manifest, dirs iter.Seq[ManifestDir]) (nDirs, nFiles int, err error) {
 	m.Version = manifestVersion
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("save manifest: %w", err)
+		return 0, 0, fmt.Errorf("save manifest: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".manifest-*")
 	if err != nil {
-		return fmt.Errorf("save manifest: %w", err)
+		return 0, 0, fmt.Errorf("save manifest: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	zw, _ := gzip.NewWriterLevel(bw, gzip.BestSpeed)
-	err = writeManifest(zw, m)
+	nDirs, nFiles, err = writeManifest(zw, m, dirs)
 	if err == nil {
 		err = zw.Close()
 	}
@@ -125,35 +136,38 @@ func SaveManifest(path string, m *Manifest) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		return fmt.Errorf("save manifest: %w", err)
+		return 0, 0, fmt.Errorf("save manifest: %w", err)
 	}
-	return nil
+	return nDirs, nFiles, nil
 }
 
-// writeManifest encodes m to w as a stream of records of bounded size.
-func writeManifest(w io.Writer, m *Manifest) error {
+// writeManifest encodes m's header and dirs to w as a stream of records of
+// bounded size, and returns the directories and files written.
+func writeManifest(w io.Writer, m *Manifest, dirs iter.Seq[ManifestDir]) (nDirs, nFiles int, err error) {
 	if _, err := io.WriteString(w, manifestMagic); err != nil {
-		return err
+		return 0, 0, err
 	}
 	enc := gob.NewEncoder(w)
-	err := enc.Encode(manifestHeader{Version: m.Version, Endpoint: m.Endpoint, Bucket: m.Bucket, Prefix: m.Prefix, Created: m.Created})
+	err = enc.Encode(manifestHeader{Version: m.Version, Endpoint: m.Endpoint, Bucket: m.Bucket, Prefix: m.Prefix, Created: m.Created})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	for _, d := range m.Dirs {
+	for d := range dirs {
+		nDirs++
+		nFiles += len(d.Files)
 		if err := enc.Encode(manifestRecord{Kind: recDir, Dir: d.Dir, NSubdirs: len(d.Subdirs), NFiles: len(d.Files)}); err != nil {
-			return err
+			return 0, 0, err
 		}
 		for subdirs, files := d.Subdirs, d.Files; len(subdirs)+len(files) > 0; {
 			rec := manifestRecord{Kind: recChunk}
 			rec.Subdirs, subdirs = split(subdirs, manifestChunk)
 			rec.Files, files = split(files, manifestChunk-len(rec.Subdirs))
 			if err := enc.Encode(rec); err != nil {
-				return err
+				return 0, 0, err
 			}
 		}
 	}
-	return enc.Encode(manifestRecord{Kind: recEnd, NDirs: len(m.Dirs), NFiles: m.Files()})
+	return nDirs, nFiles, enc.Encode(manifestRecord{Kind: recEnd, NDirs: nDirs, NFiles: nFiles})
 }
 
 // split returns the first n (at most) elements of s, and the rest.

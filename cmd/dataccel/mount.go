@@ -605,13 +605,14 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 		if gen == saved {
 			return
 		}
-		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: time.Now(), Dirs: dirs}
-		if err := store.SaveManifest(path, m); err != nil {
+		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: time.Now()}
+		nDirs, nFiles, err := store.SaveManifestDirs(path, m, dirs)
+		if err != nil {
 			logger.Warn("namespace manifest not saved", "err", err)
 			return
 		}
 		saved = gen
-		logger.Debug("namespace manifest saved", "directories", len(dirs), "files", m.Files())
+		logger.Debug("namespace manifest saved", "directories", nDirs, "files", nFiles)
 	}
 	t := time.NewTicker(quiet)
 	defer t.Stop()
