@@ -25,8 +25,10 @@ type File struct {
 	// Name is the path relative to the source root, "/"-separated.
 	Name string
 	Size int64
-	// ETag pins reads of an object source; empty for directories.
-	ETag string
+	// ETag pins reads of an object source, with ModTime for an ETag the
+	// store made (a server that sends none); empty for directories.
+	ETag    string
+	ModTime time.Time
 }
 
 // Source is a dataset the loader reads: a directory or an S3 prefix.
@@ -147,7 +149,7 @@ func (s StoreSource) Files(ctx context.Context) ([]File, error) {
 		if o.IsPrefix || strings.HasSuffix(o.Key, "/") {
 			return nil
 		}
-		files = append(files, File{Name: strings.TrimPrefix(o.Key, s.Prefix), Size: o.Size, ETag: o.ETag})
+		files = append(files, File{Name: strings.TrimPrefix(o.Key, s.Prefix), Size: o.Size, ETag: o.ETag, ModTime: o.ModTime})
 		return nil
 	})
 	if err != nil {
@@ -158,7 +160,7 @@ func (s StoreSource) Files(ctx context.Context) ([]File, error) {
 }
 
 func (s StoreSource) object(f File) store.Object {
-	return store.Object{Key: s.Prefix + f.Name, Size: f.Size, ETag: f.ETag}
+	return store.Object{Key: s.Prefix + f.Name, Size: f.Size, ETag: f.ETag, ModTime: f.ModTime}
 }
 
 // ReadFile implements Source with one GET of the whole object.

@@ -558,6 +558,7 @@ func TestGenCertKeepsCA(t *testing.T) {
 				}
 			}},
 		{name: "unknown flag", args: []string{"--rotate"}, wantErr: "usage:"},
+		{name: "days with a leading zero", env: []string{"DAYS=0365"}, wantErr: "no leading zero"},
 		{name: "rotate the CA", args: []string{"--rotate-ca"}, check: func(t *testing.T, before, after state, calls []string) {
 			if bytes.Equal(before.ca, after.ca) || bytes.Equal(before.caKey, after.caKey) {
 				t.Fatal("CA not rotated")

@@ -18,8 +18,9 @@ type RetryOptions struct {
 	BaseDelay, MaxDelay time.Duration
 	// FirstByteTimeout cuts a request whose response has not started.
 	FirstByteTimeout time.Duration
-	// ProgressTimeout cuts a body that brings less than MinProgress bytes in
-	// this long mid-transfer: a trickle is a stall too.
+	// ProgressTimeout cuts a body that brings less than MinProgressRate
+	// bytes a second (at most 64 KiB) in this long mid-transfer: a trickle
+	// is a stall too.
 	ProgressTimeout time.Duration
 	// IOTimeout bounds one operation, all retries included: past it the
 	// operation fails (a dead endpoint costs a bounded wait, not a hang).
@@ -66,19 +67,26 @@ func (o *RetryOptions) defaults() {
 // denied and changed-object errors are final and returned at once.
 type Retrying struct {
 	Store
-	opts RetryOptions
+	opts  RetryOptions
+	floor int64 // minProgress(opts.ProgressTimeout)
 }
 
 // NewRetrying wraps s.
 func NewRetrying(s Store, opts RetryOptions) *Retrying {
 	opts.defaults()
-	return &Retrying{Store: s, opts: opts}
+	return &Retrying{Store: s, opts: opts, floor: minProgress(opts.ProgressTimeout)}
 }
 
-// MinProgress is what a body must bring within each ProgressTimeout to count
-// as moving (64 KiB in 10 s by default, about 6.5 KB/s): a server that drips
-// a byte at a time would otherwise keep a read of a block going for hours.
-const MinProgress = 64 << 10
+// MinProgressRate is how fast a body must move, over each ProgressTimeout,
+// to count as moving (64 KiB in the default 10 s; at most 64 KiB in any
+// window): a server that drips a byte at a time would otherwise keep a
+// read of a block going for hours.
+const MinProgressRate = 6554 // bytes a second
+
+// minProgress is what a body must bring within timeout.
+func minProgress(timeout time.Duration) int64 {
+	return max(1, min(64<<10, int64(timeout.Seconds()*MinProgressRate)))
+}
 
 // errTimeout marks a request cut by the watchdog.
 var errTimeout = errors.New("request timed out")
@@ -258,7 +266,8 @@ type resumingBody struct {
 	w        *watchdog
 	attempts int       // resumes so far
 	fresh    int64     // bytes since the watchdog was last reset
-	movedAt  time.Time // when the body last brought MinProgress bytes (or opened first)
+	movedAt  time.Time // when the body last brought r.floor bytes, or first opened
+	readAt   time.Time // when the caller's last Read returned
 	cause    error     // why the last body broke
 	failed   error     // final error, once resuming is over
 }
@@ -272,12 +281,21 @@ func (b *resumingBody) open() error {
 			return w.explain(err)
 		}
 		w.t.Reset(b.r.opts.ProgressTimeout)
+		if b.attempts == 0 {
+			b.movedAt = time.Now() // the retries of the first open are not the body's
+		}
 		b.body, b.w, b.fresh = body, w, 0
 		return nil
 	})
 }
 
 func (b *resumingBody) Read(p []byte) (int, error) {
+	if !b.readAt.IsZero() && time.Since(b.readAt) > b.r.opts.ProgressTimeout {
+		// The caller paused (a frozen process, a reader that waits on
+		// memory): time the body could not move is not the server's.
+		b.movedAt = time.Now()
+	}
+	defer func() { b.readAt = time.Now() }()
 	for {
 		if b.n == 0 {
 			return 0, io.EOF
@@ -300,7 +318,7 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 			if b.n > 0 {
 				b.n -= int64(k)
 			}
-			if b.fresh += int64(k); b.fresh >= MinProgress {
+			if b.fresh += int64(k); b.fresh >= b.r.floor {
 				b.w.t.Reset(b.r.opts.ProgressTimeout)
 				b.fresh, b.movedAt = 0, time.Now()
 			}

@@ -277,6 +277,110 @@ func TestDripUntilIOTimeout(t *testing.T) {
 	}
 }
 
+// memBody hands out data until its request's context ends, a few bytes a
+// read when trickle is set, and breaks (a reset) after breakAt bytes when
+// breakAt > 0.
+type memBody struct {
+	ctx     context.Context
+	data    []byte
+	trickle time.Duration
+	breakAt int
+}
+
+func (b *memBody) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(b.data) == 0 {
+		return 0, io.EOF
+	}
+	if b.breakAt < 0 {
+		return 0, errors.New("connection reset by peer")
+	}
+	n := len(p)
+	if b.trickle > 0 {
+		time.Sleep(b.trickle)
+		n = min(n, 16)
+	}
+	if b.breakAt > 0 {
+		n = min(n, b.breakAt)
+		if b.breakAt -= n; b.breakAt == 0 {
+			b.breakAt = -1
+		}
+	}
+	n = copy(p, b.data[:min(n, len(b.data))])
+	b.data = b.data[n:]
+	return n, nil
+}
+
+func (b *memBody) Close() error { return nil }
+
+// memStore serves one object from memory: its opens fail (retryably) until
+// openAt, and its first body trickles and breaks as firstBody says.
+type memStore struct {
+	store.Store
+	data      []byte
+	openAfter time.Duration // from the test's start
+	openAt    time.Time
+	firstBody memBody
+	opens     int
+}
+
+func (s *memStore) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	if time.Now().Before(s.openAt) {
+		return nil, errors.New("503 SlowDown")
+	}
+	s.opens++
+	b := &memBody{ctx: ctx, data: s.data[off : off+n]}
+	if s.opens == 1 {
+		b.trickle, b.breakAt = s.firstBody.trickle, s.firstBody.breakAt
+	}
+	return b, nil
+}
+
+// TestResumeBudget: the io timeout of a body's resumes counts from when it
+// last moved, not from before its first open's retries, nor across a pause
+// of its reader (a frozen process): in both, a resume of a healthy server
+// succeeds.
+func TestResumeBudget(t *testing.T) {
+	const ioTimeout = 500 * time.Millisecond
+	data := bytes.Repeat([]byte("x"), 4096)
+	tests := []struct {
+		name  string
+		st    *memStore
+		pause time.Duration // between the reader's first and second read
+	}{
+		// Opens fail for most of the io timeout; the body then trickles
+		// past the timeout and breaks before it brought the floor.
+		{"slow first open", &memStore{data: data, openAfter: ioTimeout * 8 / 10,
+			firstBody: memBody{trickle: 20 * time.Millisecond, breakAt: 200}}, 0},
+		// The reader stops for longer than the io timeout: the watchdog
+		// cuts the body meanwhile.
+		{"reader pause", &memStore{data: data}, 2 * ioTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.st.openAt = time.Now().Add(tc.st.openAfter)
+			r := store.NewRetrying(tc.st, store.RetryOptions{BaseDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond,
+				IOTimeout: ioTimeout, FirstByteTimeout: time.Second, ProgressTimeout: 100 * time.Millisecond, Attempts: 1000})
+			rc, err := r.ReadRange(t.Context(), store.Object{Key: "k", Size: int64(len(data))}, 0, int64(len(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			got := make([]byte, 100)
+			if _, err := io.ReadFull(rc, got); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(tc.pause)
+			rest, err := io.ReadAll(rc)
+			if got = append(got, rest...); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d of %d bytes: %v", len(got), len(data), err)
+			}
+		})
+	}
+}
+
 // slowLister lists keys one every gap; its first listing fails after them
 // all (a connection reset on the last page), the next ones succeed.
 type slowLister struct {

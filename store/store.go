@@ -35,9 +35,9 @@ func MadeETag(size int64, mod time.Time) string {
 	return madeETagPrefix + strconv.FormatInt(size, 10) + "@" + strconv.FormatInt(mod.Unix(), 10)
 }
 
-// madeETagPrefix cannot start a real ETag: those are quoted hex digests,
-// possibly weak (W/).
-const madeETagPrefix = "~"
+// madeETagPrefix cannot start a real ETag: an entity tag holds no space
+// (RFC 9110).
+const madeETagPrefix = "~ "
 
 // IsMadeETag reports whether etag was made by MadeETag.
 func IsMadeETag(etag string) bool { return strings.HasPrefix(etag, madeETagPrefix) }

@@ -79,13 +79,13 @@ func checkConflicts(pod *corev1.Pod, s settings) error {
 }
 
 // checkHTTPPort refuses a sidecar port that cannot be bound. A hostNetwork
-// pod must choose the port itself: there the port is the node's, and no
-// default is known to be free on every node (9100, the default, is
-// node-exporter's on most clusters; the webhook cannot see the node). A
-// refusal at admission that names the annotation beats a sidecar that
-// fails to bind and a pod its probes then kill.
+// pod must choose the port itself unless the operator chose one for the
+// webhook (--sidecar-http-port): there the port is the node's, and the
+// default 9100 is node-exporter's on most clusters (the webhook cannot see
+// the node). A refusal at admission that names the annotation beats a
+// sidecar that fails to bind and a pod its probes then kill.
 func checkHTTPPort(pod *corev1.Pod, s settings) error {
-	if s.hostNetwork && !s.httpPortSet {
+	if s.hostNetwork && !s.httpPortSet && s.httpPort == DefaultHTTPPort {
 		return &AnnotationError{AnnotationHTTPPort, "", fmt.Sprintf("required on a hostNetwork pod: the sidecar's /metrics, /healthz and /readyz port is the node's there, and the default %d is often taken (node-exporter): choose a port free on the node", s.httpPort)}
 	}
 	// The pod's containers share the sidecar's network namespace. Regular

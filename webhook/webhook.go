@@ -164,6 +164,9 @@ func (c Config) Validate() error {
 	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return fmt.Errorf("http port %d: out of range", c.HTTPPort)
 	}
+	if c.Region != "" && !regionRE.MatchString(c.Region) {
+		return fmt.Errorf("region %q: %s", c.Region, regionWant)
+	}
 	// The defaults go through the same checks as annotations.
 	_, err := c.settings(map[string]string{AnnotationBucket: "placeholder-bucket"})
 	return err
@@ -193,10 +196,12 @@ func (e *AnnotationError) Error() string {
 var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
 // regionRE is a plain region name: AWS's (us-east-1, eu-central-1) and the
-// other stores' ("auto", "default", "nyc3", zone groups with "_"). It
-// starts with a letter or digit, so the value cannot pass for a flag of
-// the sidecar, and holds no space, "/" or "=".
-var regionRE = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$`)
+// other stores' ("auto", "default", "nyc3", "US", zone groups with "_" or
+// "."). It starts with a letter or digit, so the value cannot pass for a
+// flag of the sidecar, and holds no space, "/" or "=".
+var regionRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$`)
+
+const regionWant = `want a region name such as "us-east-1" or "eu-central-1": up to 64 letters, digits, '.', '-' or '_', starting and ending with a letter or digit`
 
 func (c Config) settings(ann map[string]string) (settings, error) {
 	s := settings{
@@ -248,7 +253,7 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 		}
 	}
 	if s.region != "" && !regionRE.MatchString(s.region) {
-		return s, &AnnotationError{AnnotationRegion, s.region, `want a region name such as "us-east-1" or "eu-central-1": up to 64 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit`}
+		return s, &AnnotationError{AnnotationRegion, s.region, regionWant}
 	}
 	if errs := validation.IsDNS1123Subdomain(s.secret); len(errs) > 0 {
 		return s, &AnnotationError{AnnotationSecret, s.secret, "want a Secret name: " + strings.Join(errs, "; ")}

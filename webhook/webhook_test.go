@@ -521,6 +521,7 @@ func TestConfigValidate(t *testing.T) {
 		{"region", func(c *webhook.Config) { c.Region = "eu-central-1" }, true},
 		{"region that is a flag", func(c *webhook.Config) { c.Region = "--endpoint=x" }, false},
 		{"region with a space", func(c *webhook.Config) { c.Region = "us east" }, false},
+		{"another store's region", func(c *webhook.Config) { c.Region = "US.East_1" }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -529,6 +530,10 @@ func TestConfigValidate(t *testing.T) {
 			_, err := webhook.NewHandler(c, nil, nil)
 			if (err == nil) != tt.ok {
 				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
+			}
+			// A bad default is the flag's, not an annotation nobody set.
+			if err != nil && strings.Contains(err.Error(), "dataccel.io/") && c.Region != testConfig.Region {
+				t.Fatalf("err = %v names an annotation for the webhook's own --region", err)
 			}
 		})
 	}
@@ -600,6 +605,7 @@ func TestHTTPPort(t *testing.T) {
 		{"annotation", 9200, podWith(t, webhook.AnnotationHTTPPort, "9400"), 9400, 0},
 		{"annotation, highest port", 0, podWith(t, webhook.AnnotationHTTPPort, "65535"), 65535, 0},
 		{"hostNetwork with the annotation", 0, hostNet(podWith(t, webhook.AnnotationHTTPPort, "19100")), 19100, 19100},
+		{"hostNetwork with the operator's port", 19200, hostNet(annotatedPod), 19200, 19200},
 		{"same number, other protocol or an exited init container", 0, otherPorts, webhook.DefaultHTTPPort, 0},
 	}
 	for _, tt := range tests {

@@ -94,7 +94,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
 	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
-	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or less than 64 KiB of body, for this long")
+	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or a body slower than 6.5 KB/s (64 KiB in 10 s), for this long")
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")

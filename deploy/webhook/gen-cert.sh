@@ -58,9 +58,12 @@ case $# in
   ;;
 *) usage >&2; exit 2 ;;
 esac
-case $DAYS$CA_DAYS in
-*[!0-9]*) die "DAYS and CA_DAYS must be whole numbers of days" ;;
-esac
+# A leading zero would read as octal in $((...)) but as decimal to openssl.
+for d in "$DAYS" "$CA_DAYS"; do
+  case $d in
+  '' | *[!0-9]* | 0*) die "DAYS and CA_DAYS must be whole numbers of days, above 0, with no leading zero" ;;
+  esac
+done
 
 # Keys and certificates only ever go to files in this private directory and
 # to the Secrets, never to the terminal.

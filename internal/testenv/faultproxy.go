@@ -169,13 +169,9 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	if rule != nil && (rule.Fault == ResetMidBody || rule.Fault == StallMidBody || rule.Fault == DripMidBody) && resp.ContentLength > 1 {
-		p.breakBody(w, r, resp, rule)
-		return
-	}
 	if p.NoETags.Load() {
 		resp.Header.Del("ETag")
-		if r.URL.Query().Has("list-type") {
+		if strings.Contains(resp.Header.Get("Content-Type"), "xml") { // a listing, v1 or v2
 			b, err := io.ReadAll(resp.Body)
 			if err != nil {
 				hijackClose(w)
@@ -185,6 +181,10 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 			resp.Body = io.NopCloser(bytes.NewReader(b))
 		}
+	}
+	if rule != nil && (rule.Fault == ResetMidBody || rule.Fault == StallMidBody || rule.Fault == DripMidBody) && resp.ContentLength > 1 {
+		p.breakBody(w, r, resp, rule)
+		return
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
