@@ -209,8 +209,9 @@ func fakeGet(dir, resource, name string, flags map[string]string, stdout io.Writ
 // jsonPath evaluates the {.a.b\.c[0].d} expressions the script uses; a
 // missing field is "", as kubectl prints it.
 func jsonPath(obj any, expr string) (string, error) {
-	e, ok := strings.CutPrefix(expr, "{.")
-	if e, ok = strings.CutSuffix(e, "}"); !ok {
+	e, okPrefix := strings.CutPrefix(expr, "{.")
+	e, okSuffix := strings.CutSuffix(e, "}")
+	if !okPrefix || !okSuffix {
 		return "", fmt.Errorf("fake kubectl: jsonpath %q", expr)
 	}
 	var toks []string
