@@ -11,7 +11,6 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 )
 
@@ -100,17 +99,12 @@ type manifestRecord struct {
 // ErrManifestMismatch: the manifest file is for another bucket or prefix.
 var ErrManifestMismatch = errors.New("manifest is for another bucket or prefix")
 
-// SaveManifest writes m to path atomically (temp file, then rename).
-func SaveManifest(path string, m *Manifest) error {
-	_, _, err := SaveManifestDirs(path, m, slices.Values(m.Dirs))
-	return err
-}
-
-// SaveManifestDirs is SaveManifest with the directories taken one at a time
-// from dirs instead of from m.Dirs: a caller that holds the listings in
-// another form (the mount's namespace) then copies one directory at a time,
-// never all of them at once. It returns the directories and files written.
-func SaveManifestDirs(path string, m *Manifest, dirs iter.Seq[ManifestDir]) (nDirs, nFiles int, err error) {
+// SaveManifest writes m's header and the directories of dirs (m.Dirs is not
+// read) to path atomically (temp file, then rename). The directories are
+// taken one at a time, so a caller that holds the listings in another form
+// (the mount's namespace) copies one directory at a time, never all of them
+// at once. It returns the directories and files written.
+func SaveManifest(path string, m *Manifest, dirs iter.Seq[ManifestDir]) (nDirs, nFiles int, err error) {
 	m.Version = manifestVersion
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, 0, fmt.Errorf("save manifest: %w", err)

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,12 @@ import (
 // testManifest returns a manifest with the cases a format can get wrong:
 // the bucket root "", an empty directory, zero fields, and a directory with
 // more files and subdirectories than one chunk (4,096) holds.
+// saveManifest saves m with its own directories.
+func saveManifest(path string, m *store.Manifest) error {
+	_, _, err := store.SaveManifest(path, m, slices.Values(m.Dirs))
+	return err
+}
+
 func testManifest(files int) *store.Manifest {
 	t0 := time.Date(2024, 3, 1, 12, 0, 0, 5, time.UTC)
 	m := &store.Manifest{Endpoint: "http://127.0.0.1:9000", Bucket: "b", Prefix: "p/", Created: t0, Dirs: []store.ManifestDir{
@@ -56,7 +63,7 @@ func TestManifestRoundTrip(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sub", "manifest.gob.gz")
-			if err := store.SaveManifest(path, c.m); err != nil {
+			if err := saveManifest(path, c.m); err != nil {
 				t.Fatal(err)
 			}
 			got, err := store.LoadManifest(path, c.m.Endpoint, c.m.Bucket, c.m.Prefix)
@@ -67,7 +74,7 @@ func TestManifestRoundTrip(t *testing.T) {
 				t.Errorf("loaded %d directories, %d files, not what was saved (%d, %d)", len(got.Dirs), got.Files(), len(c.m.Dirs), c.m.Files())
 			}
 			// A save replaces the file, and leaves no temporary file.
-			if err := store.SaveManifest(path, testManifest(1)); err != nil {
+			if err := saveManifest(path, testManifest(1)); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := store.LoadManifest(path, "http://127.0.0.1:9000", "b", "p/"); err != nil || got.Files() != 3 {
@@ -111,7 +118,7 @@ func TestManifestTruncated(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "manifest.gob.gz")
-			if err := store.SaveManifest(path, c.m); err != nil {
+			if err := saveManifest(path, c.m); err != nil {
 				t.Fatal(err)
 			}
 			file, err := os.ReadFile(path)
@@ -217,7 +224,7 @@ func TestManifestOldVersion(t *testing.T) {
 func TestManifestMismatch(t *testing.T) {
 	m := testManifest(3)
 	path := filepath.Join(t.TempDir(), "manifest.gob.gz")
-	if err := store.SaveManifest(path, m); err != nil {
+	if err := saveManifest(path, m); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -256,7 +263,7 @@ func TestManifestSaveStreams(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "manifest.gob.gz")
 	runtime.GC()
 	before := readMetric("/gc/heap/allocs:bytes")
-	if err := store.SaveManifest(path, m); err != nil {
+	if err := saveManifest(path, m); err != nil {
 		t.Fatal(err)
 	}
 	alloc := readMetric("/gc/heap/allocs:bytes") - before
@@ -396,7 +403,7 @@ func BenchmarkManifest(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "manifest.gob.gz")
 			b.Run("save", func(b *testing.B) {
 				measureHeap(b, func() any {
-					if err := store.SaveManifest(path, m); err != nil {
+					if err := saveManifest(path, m); err != nil {
 						b.Fatal(err)
 					}
 					return nil
@@ -406,7 +413,7 @@ func BenchmarkManifest(b *testing.B) {
 				}
 			})
 			b.Run("load", func(b *testing.B) {
-				if err := store.SaveManifest(path, m); err != nil {
+				if err := saveManifest(path, m); err != nil {
 					b.Fatal(err)
 				}
 				measureHeap(b, func() any {

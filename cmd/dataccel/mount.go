@@ -606,7 +606,7 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 			return
 		}
 		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: time.Now()}
-		nDirs, nFiles, err := store.SaveManifestDirs(path, m, dirs)
+		nDirs, nFiles, err := store.SaveManifest(path, m, dirs)
 		if err != nil {
 			logger.Warn("namespace manifest not saved", "err", err)
 			return

@@ -178,16 +178,7 @@ func TestChangesUnderReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []*os.File{fo, fg} {
-		buf := make([]byte, 1<<20)
-		n, err := f.ReadAt(buf, 5<<20)
-		switch {
-		case err == nil || n > 0:
-			if !bytes.Equal(buf[:n], v1[5<<20:5<<20+n]) {
-				t.Fatalf("%s: open handle returned bytes of another version", f.Name())
-			}
-		case !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO):
-			t.Fatalf("%s: read after change: %v, want ESTALE or EIO", f.Name(), err)
-		}
+		readOldOrStale(t, f, 5<<20, v1)
 	}
 	time.Sleep(ttl + 300*time.Millisecond)
 	if b, err := os.ReadFile(filepath.Join(m.dir, "over")); err != nil || !bytes.Equal(b, v2) {
@@ -195,6 +186,23 @@ func TestChangesUnderReaders(t *testing.T) {
 	}
 	if _, err := os.Open(filepath.Join(m.dir, "gone")); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("open of a deleted object after the TTL: %v, want ENOENT", err)
+	}
+}
+
+// readOldOrStale reads 1 MiB at off of f, a handle opened on the version
+// old of an object that changed since: it wants old's bytes, or ESTALE or
+// EIO, never another version's bytes.
+func readOldOrStale(t *testing.T, f *os.File, off int64, old []byte) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	n, err := f.ReadAt(buf, off)
+	switch {
+	case err == nil || n > 0:
+		if !bytes.Equal(buf[:n], old[off:off+int64(n)]) {
+			t.Fatalf("%s: open handle returned bytes of another version", f.Name())
+		}
+	case !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO):
+		t.Fatalf("%s: read after change: %v, want ESTALE or EIO", f.Name(), err)
 	}
 }
 
@@ -227,16 +235,7 @@ func TestServerWithoutETags(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // a new second: all the server tells of a version
 	testenv.Put(t, st, "whole", v2)
 	testenv.Put(t, st, "part", v2)
-	buf := make([]byte, 1<<20)
-	n, err := f.ReadAt(buf, 2<<20)
-	switch {
-	case err == nil || n > 0:
-		if !bytes.Equal(buf[:n], v1[:n]) {
-			t.Fatal("open handle returned bytes of the new version")
-		}
-	case !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.EIO):
-		t.Fatalf("read after change: %v, want ESTALE or EIO", err)
-	}
+	readOldOrStale(t, f, 2<<20, v1)
 	time.Sleep(ttl + 300*time.Millisecond)
 	for _, name := range []string{"whole", "part"} {
 		if b, err := os.ReadFile(filepath.Join(m.dir, name)); err != nil || !bytes.Equal(b, v2) {
