@@ -155,12 +155,13 @@ func newFS(cfg Config) *FS {
 		cfg.MetadataTTL = time.Hour
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	ns := newNamespace(cfg.Store, cfg.MetadataTTL, cfg.Logger)
+	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop}
 	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
+	go ns.keepFresh() // until stop
 	return f
 }
 

@@ -43,7 +43,7 @@ func FuzzKeyToPath(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, k1, k2 string) {
 		ms := memStore{objs: map[string][]byte{k1: []byte("1"), k2: []byte("22")}}
-		ns := newNamespace(ms, time.Hour, slog.New(slog.DiscardHandler))
+		ns := newNamespace(t.Context(), ms, time.Hour, slog.New(slog.DiscardHandler))
 		ctx := context.Background()
 		// walk down every directory the listing shows, as lookups would
 		todo := []string{""}

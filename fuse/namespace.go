@@ -29,8 +29,9 @@ type entry struct {
 type listing struct {
 	entries []entry // sorted by name
 	index   map[string]int
-	dirs    []int // indices in entries of the subdirectories, ascending
-	at      time.Time
+	dirs    []int         // indices in entries of the subdirectories, ascending
+	at      time.Time     // when its LIST started: what it says is no older
+	took    time.Duration // how long its LIST took (0 from a manifest)
 }
 
 // lookUp returns l's entry for name; a name in bytes makes no string.
@@ -45,7 +46,13 @@ func lookUp[N string | []byte](l *listing, name N) (entry, bool) {
 // namespace caches directory listings of the mounted prefix for ttl. A
 // directory is listed with one delimiter LIST (paginated), which answers
 // lookups of all its children at once: far cheaper than a HEAD per file.
+//
+// Listings are listed again in the background before their ttl passes
+// (keepFresh), so that a job reading a directory never waits for its
+// relisting: a directory of a million files takes a minute or more to
+// list, and every lookup in it would wait that long once a ttl.
 type namespace struct {
+	bg  context.Context // the mount's lifetime: background relistings run on it
 	st  store.Store
 	ttl time.Duration
 	log *slog.Logger
@@ -56,10 +63,15 @@ type namespace struct {
 	dirs   map[string]*listing // guarded by mu; key: directory prefix ending in "/" (or "" for the bucket root)
 	gen    uint64              // guarded by mu; bumped when a listing is installed
 	warned map[string]bool     // guarded by mu; keys already warned about
+
+	relisting map[string]bool // guarded by mu; directories relistDue lists again before their ttl passed
 }
 
-func newNamespace(st store.Store, ttl time.Duration, log *slog.Logger) *namespace {
-	return &namespace{st: st, ttl: ttl, log: log, now: time.Now, dirs: map[string]*listing{}, warned: map[string]bool{}}
+// newNamespace returns an empty namespace; background relistings
+// (keepFresh, which the caller starts) stop when bg ends.
+func newNamespace(bg context.Context, st store.Store, ttl time.Duration, log *slog.Logger) *namespace {
+	return &namespace{bg: bg, st: st, ttl: ttl, log: log, now: time.Now, dirs: map[string]*listing{}, warned: map[string]bool{},
+		relisting: map[string]bool{}}
 }
 
 // list returns the listing of dir (a prefix ending in "/", or ""), fetching
@@ -77,26 +89,26 @@ func (ns *namespace) cached(dir string) *listing {
 	return nil
 }
 
+// serving returns dir's listing if it is younger than the ttl, or older
+// while relistDue lists it again (it started before the ttl passed: the
+// listing serves for the ttl and the time its relisting takes); otherwise
+// nil.
+func (ns *namespace) serving(dir string) *listing {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	l := ns.dirs[dir]
+	if l != nil && (ns.now().Sub(l.at) < ns.ttl || ns.relisting[dir]) {
+		return l
+	}
+	return nil
+}
+
 // listAt is list that also re-fetches a listing built before notBefore.
 func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time) (*listing, error) {
-	if l := ns.cached(dir); l != nil && !l.at.Before(notBefore) {
+	if l := ns.serving(dir); l != nil && !l.at.Before(notBefore) {
 		return l, nil
 	}
-	// The fetch runs on its own context so that one caller's interrupt does
-	// not fail the others sharing it; the caller still stops waiting.
-	ch := ns.sf.DoChan(dir, func() (any, error) {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		l, err := ns.fetch(fctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		ns.mu.Lock()
-		ns.dirs[dir] = l
-		ns.gen++
-		ns.mu.Unlock()
-		return l, nil
-	})
+	ch := ns.fetchShared(dir)
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -108,8 +120,104 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 	}
 }
 
+// fetchShared starts the fetch of dir's listing, or joins the one running,
+// and returns the channel its result comes on. The fetch runs on the
+// mount's context (ns.bg) so that one caller's interrupt does not fail the
+// others sharing it; a caller still stops waiting on its own.
+func (ns *namespace) fetchShared(dir string) <-chan singleflight.Result {
+	return ns.sf.DoChan(dir, func() (any, error) {
+		fctx, cancel := context.WithTimeout(ns.bg, 5*time.Minute)
+		defer cancel()
+		l, err := ns.fetch(fctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		ns.mu.Lock()
+		ns.dirs[dir] = l
+		ns.gen++
+		ns.mu.Unlock()
+		return l, nil
+	})
+}
+
+// keepFresh lists again, in the background, the listings that near the end
+// of their ttl (relistDue), until ns.bg ends.
+func (ns *namespace) keepFresh() {
+	t := time.NewTicker(max(ns.ttl/8, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ns.bg.Done():
+			return
+		case <-t.C:
+			ns.relistDue(ns.bg)
+		}
+	}
+}
+
+// relistDue lists again, two at a time, the directories whose listings are
+// in the last quarter of their ttl, or closer to it than twice the time
+// their LIST took (but not in its first half): a lookup in a directory the
+// job reads then never waits for its relisting (the kernel, which caches
+// entries for the ttl too, hides the job's use of a listing until it
+// expires). Directories no longer read are relisted too: a LIST a ttl
+// each. Failures are logged in one line; a listing that cannot be relisted
+// serves until its ttl, then lookups wait for a fetch as on a first
+// listing, and see its error.
+func (ns *namespace) relistDue(ctx context.Context) {
+	now := ns.now()
+	var due []string
+	ns.mu.Lock()
+	for dir, l := range ns.dirs {
+		age := now.Sub(l.at)
+		if age >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && !ns.relisting[dir] {
+			due = append(due, dir)
+			if age < ns.ttl {
+				ns.relisting[dir] = true // serves on while relisted
+			}
+		}
+	}
+	ns.mu.Unlock()
+	slices.Sort(due)
+	var (
+		mu       sync.Mutex
+		failed   int   // guarded by mu
+		firstErr error // guarded by mu
+	)
+	var g errgroup.Group
+	g.SetLimit(2)
+	for _, dir := range due {
+		g.Go(func() error {
+			var err error
+			select {
+			case r := <-ns.fetchShared(dir):
+				err = r.Err
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			ns.mu.Lock()
+			delete(ns.relisting, dir)
+			ns.mu.Unlock()
+			if err != nil {
+				mu.Lock()
+				if failed++; firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	if failed > 0 && ctx.Err() == nil {
+		ns.log.Warn("relisting directories ahead of --metadata-ttl failed; their listings serve until it passes",
+			"failed", failed, "of", len(due), "err", firstErr)
+	}
+}
+
 func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 	b := newDirBuilder()
+	start := ns.now()
 	err := ns.st.List(ctx, dir, false, func(o store.Object) error {
 		name := strings.TrimPrefix(o.Key, dir)
 		if o.IsPrefix {
@@ -130,7 +238,9 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list directory %q: %w", dir, err)
 	}
-	return ns.build(b, ns.now()), nil
+	l := ns.build(b, start)
+	l.took = ns.now().Sub(start)
+	return l, nil
 }
 
 // dirBuilder collects one directory's children before they become a listing.

@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
 )
 
@@ -26,7 +28,7 @@ func TestSnapshotRefresh(t *testing.T) {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 	st := store.NewCounting(memStore{objs: objs})
-	ns := newNamespace(st, time.Hour, discard)
+	ns := newNamespace(t.Context(), st, time.Hour, discard)
 	listed := []string{"data/", "data/a/"} // data/b/ is never read
 	for _, d := range listed {
 		if _, err := ns.list(ctx, d); err != nil {
@@ -53,7 +55,7 @@ func TestSnapshotRefresh(t *testing.T) {
 	}
 
 	st2 := store.NewCounting(memStore{objs: objs})
-	ns2 := newNamespace(st2, time.Hour, discard)
+	ns2 := newNamespace(t.Context(), st2, time.Hour, discard)
 	ns2.restore("data/", snap)
 	for _, tc := range []struct{ dir, name string }{{"data/", "5.jpg"}, {"data/a/", "2.jpg"}, {"data/", "b"}} {
 		if _, ok, err := ns2.lookup(ctx, tc.dir, tc.name); err != nil || !ok {
@@ -67,7 +69,7 @@ func TestSnapshotRefresh(t *testing.T) {
 		t.Fatalf("a directory the snapshot lacks: found %v with %d LISTs; want it listed on demand", ok, st2.C.Lists.Load())
 	}
 	// Restoring outside the root, or a bad directory path, installs nothing.
-	ns3 := newNamespace(st2, time.Hour, discard)
+	ns3 := newNamespace(t.Context(), st2, time.Hour, discard)
 	ns3.restore("data/", []store.ManifestDir{{Dir: "other/"}, {Dir: "data/../"}, {Dir: "data/x"}})
 	seq3, _ := ns3.snapshot()
 	if snap3 := slices.Collect(seq3); len(snap3) != 0 {
@@ -103,7 +105,7 @@ func TestSiblingsFromListings(t *testing.T) {
 	}
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewCounting(memStore{objs: objs})
-	ns := newNamespace(st, time.Hour, discard)
+	ns := newNamespace(t.Context(), st, time.Hour, discard)
 	if _, err := ns.list(context.Background(), "data/"); err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +124,168 @@ func TestSiblingsFromListings(t *testing.T) {
 	}
 	if n := st.C.Lists.Load() - lists; n != 0 {
 		t.Errorf("%d LISTs asking about unlisted directories", n)
+	}
+}
+
+// heldLister is a memStore whose LISTs are counted, wait while hold is set
+// (until release closes), and fail while fail is set.
+type heldLister struct {
+	memStore
+	lists   atomic.Int64
+	hold    atomic.Bool
+	fail    atomic.Bool
+	release chan struct{}
+}
+
+func (s *heldLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	s.lists.Add(1)
+	if s.hold.Load() {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.fail.Load() {
+		return errors.New("injected LIST failure")
+	}
+	return s.memStore.List(ctx, prefix, recursive, fn)
+}
+
+// TestRelistDue: listings in the last quarter of their TTL are listed
+// again in the background, and lookups keep the listing in place until
+// the new one arrives, however long the LIST takes (a directory of a
+// million files takes a minute). Past the TTL a lookup waits for a fresh
+// listing as before, and a failed relisting shows there, not earlier.
+func TestRelistDue(t *testing.T) {
+	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "e/x": nil}}, release: make(chan struct{})}
+	var logs testenv.SyncBuffer
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	start := time.Now()
+	var clock atomic.Int64 // time since start
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	found := func(name string) bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a lookup that waits for the held LIST fails
+		defer cancel()
+		_, ok, err := ns.lookup(ctx, "d/", name)
+		if err != nil {
+			t.Fatalf("lookup %s: %v", name, err)
+		}
+		return ok
+	}
+
+	if !found("a") || st.lists.Load() != 1 {
+		t.Fatalf("first lookup: %d LISTs, want 1", st.lists.Load())
+	}
+	clock.Store(int64(30 * time.Minute))
+	if _, err := ns.list(t.Context(), "e/"); err != nil { // listed 30 minutes after d/
+		t.Fatal(err)
+	}
+	ns.relistDue(t.Context())
+	if n := st.lists.Load(); n != 2 {
+		t.Fatalf("half d/'s TTL: %d LISTs, want 2 (no relisting yet)", n)
+	}
+
+	st.objs["d/b"] = nil // before any relisting reads the map
+	st.hold.Store(true)
+	clock.Store(int64(50 * time.Minute))
+	relisted := make(chan struct{})
+	go func() { ns.relistDue(t.Context()); close(relisted) }()
+	for deadline := time.Now().Add(10 * time.Second); st.lists.Load() != 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d LISTs; want d/ relisted (and e/, 20 minutes old, not)", st.lists.Load())
+		}
+	}
+	for range 100 {
+		if !found("a") || found("b") {
+			t.Fatal("while d/ is relisted its listing in place must serve (a found, b not yet)")
+		}
+	}
+	// Past the TTL too, while the relisting that started before it runs.
+	clock.Store(int64(70 * time.Minute))
+	if !found("a") || found("b") || st.lists.Load() != 3 {
+		t.Fatalf("past the TTL while d/ is relisted: %d LISTs; want its listing in place to serve", st.lists.Load())
+	}
+	close(st.release)
+	<-relisted
+	if !found("b") {
+		t.Fatal("b not found after the relisting")
+	}
+	if n := st.lists.Load(); n != 3 {
+		t.Fatalf("%d LISTs, want 3", n)
+	}
+
+	// A failed relisting is logged; the listing serves until its TTL, then
+	// lookups wait for a fetch and see its error.
+	st.fail.Store(true)
+	clock.Store(int64(100 * time.Minute)) // d/ 50 minutes old, e/ 70: both due
+	ns.relistDue(t.Context())
+	if !strings.Contains(logs.String(), "failed=2") {
+		t.Fatalf("no warning for the two failed relistings: %q", logs.String())
+	}
+	if !found("b") {
+		t.Fatal("the listing in place must serve until its TTL while its relisting fails")
+	}
+	clock.Store(int64(111 * time.Minute))
+	if _, _, err := ns.lookup(t.Context(), "d/", "b"); err == nil {
+		t.Fatal("a lookup past the TTL served the old listing while LISTs fail")
+	}
+	st.fail.Store(false)
+	if !found("b") {
+		t.Fatal("b lost after the server came back")
+	}
+}
+
+// clockLister is a memStore whose LISTs take d of a fake clock.
+type clockLister struct {
+	memStore
+	clock *atomic.Int64
+	d     time.Duration
+	lists atomic.Int64
+}
+
+func (s *clockLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	s.lists.Add(1)
+	s.clock.Add(int64(s.d))
+	return s.memStore.List(ctx, prefix, recursive, fn)
+}
+
+// TestRelistDueSlowList: a listing is as old as its LIST's start, and a
+// directory whose LIST takes long is listed again early enough to finish
+// before the TTL (from twice that time before it), but not in the TTL's
+// first half.
+func TestRelistDueSlowList(t *testing.T) {
+	for _, tc := range []struct {
+		took, due time.Duration
+	}{
+		{time.Minute, 45 * time.Minute},      // the last quarter
+		{10 * time.Minute, 40 * time.Minute}, // twice the LIST's time before the TTL
+		{20 * time.Minute, 30 * time.Minute}, // not before half the TTL
+	} {
+		t.Run(tc.took.String(), func(t *testing.T) {
+			var clock atomic.Int64
+			st := &clockLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, clock: &clock, d: tc.took}
+			ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+			start := time.Now()
+			ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+			l, err := ns.list(t.Context(), "d/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !l.at.Equal(start) || l.took != tc.took {
+				t.Fatalf("listing at %v after %v; want its LIST's start and %v", l.at.Sub(start), l.took, tc.took)
+			}
+			clock.Store(int64(tc.due - time.Minute))
+			ns.relistDue(t.Context())
+			if n := st.lists.Load(); n != 1 {
+				t.Fatalf("%d LISTs a minute before %v, want 1", n, tc.due)
+			}
+			clock.Store(int64(tc.due))
+			ns.relistDue(t.Context())
+			if n := st.lists.Load(); n != 2 {
+				t.Fatalf("%d LISTs at %v: want d/ relisted", n, tc.due)
+			}
+		})
 	}
 }

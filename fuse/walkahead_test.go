@@ -350,7 +350,7 @@ func TestWalkAheadDeepTree(t *testing.T) {
 // queued): a lookup in the parent's listing, not a pass over its entries.
 func BenchmarkWalkAheadListed(b *testing.B) {
 	const n = 10000
-	ns := newNamespace(memStore{}, time.Hour, slog.New(slog.DiscardHandler))
+	ns := newNamespace(b.Context(), memStore{}, time.Hour, slog.New(slog.DiscardHandler))
 	top := store.ManifestDir{Dir: "ds/"}
 	listings := []store.ManifestDir{top}
 	dirs := make([]string, n)
@@ -385,7 +385,7 @@ func TestWalkAheadPastMaxParents(t *testing.T) {
 		listings = append(listings, dir)
 	}
 	st := &listCounter{memStore: memStore{objs: objs}, lists: map[string]int{}}
-	ns := newNamespace(st, time.Hour, slog.New(slog.DiscardHandler))
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
 	ns.restore("", listings) // the parents are listed; their subdirectories are not
 	w := newWalkAhead(t.Context(), ns, 4, slog.New(slog.DiscardHandler))
 	w.maxParents = maxParents

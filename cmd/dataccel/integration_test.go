@@ -55,11 +55,11 @@ func dataset(t *testing.T, st *s3.Store, prefix string, n, size int) map[string]
 // child process with the test server's credentials, and returns once it
 // logs that it serves. The process is killed and its mount detached when
 // the test ends.
-func mountProcess(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func mountProcess(t *testing.T, args ...string) (*exec.Cmd, *testenv.SyncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"mount"}, args...)...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func TestWarmResume(t *testing.T) {
 	// first run: stopped by SIGINT once part of the cache is written
 	cmd := exec.Command(bin, warmArgs...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cmd.Stderr = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

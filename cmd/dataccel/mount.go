@@ -71,7 +71,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let users other than the mounting one read the mount (FUSE allow_other)")
 	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories")
 	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories")
-	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted before re-listing (datasets rarely change under training)")
+	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted (datasets rarely change under training); listings are re-listed in the background before it passes")
 	fl.IntVar(&f.listAhead, "list-ahead", 32, "LISTs at a time that list the subdirectories ahead of a walker (find, os.walk, ImageFolder) once it has listed two of one directory; 0 turns it off")
 	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
 	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
