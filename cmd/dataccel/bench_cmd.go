@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,9 +29,9 @@ directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
 	return cmd
 }
 
-// benchS3 holds the flags that reach a bucket. Credentials come from
-// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN only: a
-// secret on the command line is visible to every user through ps.
+// benchS3 holds the flags that reach a bucket. Credentials come from where
+// the mount finds them (s3Flags.credentials), never from a flag: a secret
+// on the command line is visible to every user through ps.
 type benchS3 struct{ endpoint, region string }
 
 func (b *benchS3) register(cmd *cobra.Command) {
@@ -40,15 +41,15 @@ func (b *benchS3) register(cmd *cobra.Command) {
 
 // benchStoreFromURL builds a store for s3://bucket[/prefix] and returns it
 // with the prefix ("" or ending in "/"). It does not contact the server.
-func benchStoreFromURL(raw string, f benchS3, maxConns int) (*s3.Store, string, error) {
+func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int) (*s3.Store, string, error) {
 	bucket, prefix, err := parseS3URL(raw)
 	if err != nil {
 		return nil, "", err
 	}
-	// The mount's resolution of region, path style and credentials (env,
-	// then a credentials file); bench's --profile names a GPU profile, so
-	// the AWS profile comes from $AWS_PROFILE only.
-	cfg, err := (&s3Flags{endpoint: f.endpoint, region: f.region, pathStyle: "auto"}).config(bucket)
+	// The mount's resolution of region, path style and credentials; bench's
+	// --profile names a GPU profile, so the AWS profile comes from
+	// $AWS_PROFILE only.
+	cfg, _, err := (&s3Flags{endpoint: f.endpoint, region: f.region, pathStyle: "auto"}).config(ctx, bucket)
 	if err != nil {
 		return nil, "", err
 	}
@@ -113,7 +114,7 @@ func newBenchGenCmd() *cobra.Command {
 			}
 			var dst bench.Putter = bench.DirPutter{Root: to}
 			if strings.HasPrefix(to, "s3://") {
-				st, prefix, err := benchStoreFromURL(to, s3f, cfg.Concurrency)
+				st, prefix, err := benchStoreFromURL(cmd.Context(), to, s3f, cfg.Concurrency)
 				if err != nil {
 					return err
 				}
@@ -241,7 +242,7 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 					sources = append(sources, bench.DirSource{Root: a})
 					continue
 				}
-				st, prefix, err := benchStoreFromURL(a, s3f, cfg.Concurrency)
+				st, prefix, err := benchStoreFromURL(cmd.Context(), a, s3f, cfg.Concurrency)
 				if err != nil {
 					return err
 				}

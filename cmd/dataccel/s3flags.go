@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,7 +32,7 @@ func (f *s3Flags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "S3 endpoint URL, http:// or https:// (default: AWS S3)")
 	fs.StringVar(&f.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
 	fs.StringVar(&f.pathStyle, "path-style", "auto", "path-style requests: auto (on for non-AWS endpoints), on, off")
-	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials); env AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY take precedence")
+	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file, read again when it changes (default: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials); AWS_ACCESS_KEY_ID and web identity or container credentials in the environment take precedence")
 	fs.StringVar(&f.profile, "profile", "", "profile in the credentials file (default: $AWS_PROFILE, else default)")
 	// Accepted only to refuse them with a clear message: a secret in argv is
 	// visible to every user through ps and /proc.
@@ -57,15 +56,16 @@ func parseS3URL(raw string) (bucket, prefix string, err error) {
 	return u.Host, prefix, nil
 }
 
-// config builds the s3.Config for bucket from flags, env and files.
-func (f *s3Flags) config(bucket string) (s3.Config, error) {
+// config builds the s3.Config for bucket from flags, env and files, and
+// says where its keys come from (for messages: never a secret).
+func (f *s3Flags) config(ctx context.Context, bucket string) (s3.Config, string, error) {
 	if f.accessKey != "" || f.secretKey != "" {
-		return s3.Config{}, usageError{errors.New("credentials are not accepted as flags (they would show in ps): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
+		return s3.Config{}, "", usageError{errors.New("credentials are not accepted as flags (they would show in ps): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
 	}
 	if strings.Contains(f.endpoint, "@") { // user info, parsed or not: an endpoint has no other "@"
 		// The value is not echoed: it holds a credential, which the client
 		// would not even use (it takes the host alone).
-		return s3.Config{}, usageError{errors.New("--endpoint must not carry credentials (user:password@host): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
+		return s3.Config{}, "", usageError{errors.New("--endpoint must not carry credentials (user:password@host): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
 	}
 	cfg := s3.Config{Endpoint: f.endpoint, Bucket: bucket, Region: f.region}
 	if cfg.Region == "" {
@@ -81,47 +81,14 @@ func (f *s3Flags) config(bucket string) (s3.Config, error) {
 		cfg.PathStyle = true
 	case "off":
 	default:
-		return s3.Config{}, usageError{fmt.Errorf("--path-style %q: want auto, on or off", f.pathStyle)}
+		return s3.Config{}, "", usageError{fmt.Errorf("--path-style %q: want auto, on or off", f.pathStyle)}
 	}
-	creds, err := f.credentials()
+	src, err := f.credentials(ctx)
 	if err != nil {
-		return s3.Config{}, err
+		return s3.Config{}, "", err
 	}
-	cfg.Credentials = creds
-	return cfg, nil
-}
-
-func (f *s3Flags) credentials() (s3.Credentials, error) {
-	if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
-		secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
-		if secret == "" {
-			return s3.Credentials{}, errors.New("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
-		}
-		return s3.Credentials{AccessKey: id, SecretKey: secret, SessionToken: os.Getenv("AWS_SESSION_TOKEN")}, nil
-	}
-	path, explicit := f.credentialsFile, f.credentialsFile != ""
-	if path == "" {
-		path, explicit = os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), os.Getenv("AWS_SHARED_CREDENTIALS_FILE") != ""
-	}
-	if path == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return s3.Credentials{}, nil // anonymous
-		}
-		path = filepath.Join(home, ".aws", "credentials")
-	}
-	profile := f.profile
-	if profile == "" {
-		profile = os.Getenv("AWS_PROFILE")
-	}
-	if profile == "" {
-		profile = "default"
-	}
-	creds, err := readCredentialsFile(path, profile)
-	if errors.Is(err, os.ErrNotExist) && !explicit {
-		return s3.Credentials{}, nil // no credentials anywhere: anonymous access
-	}
-	return creds, err
+	cfg.Credentials, cfg.Provider = src.static, src.provider
+	return cfg, src.what, nil
 }
 
 // readCredentialsFile reads one profile of an AWS shared credentials file
@@ -171,7 +138,7 @@ func readCredentialsFile(path, profile string) (s3.Credentials, error) {
 // openStore builds the store and checks within timeout that the bucket
 // answers, turning the failure into a message a user can act on.
 func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Duration) (*s3.Store, error) {
-	cfg, err := f.config(bucket)
+	cfg, creds, err := f.config(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +159,7 @@ func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Dur
 	case errors.Is(err, store.ErrNoBucket):
 		return nil, fmt.Errorf("bucket %q does not exist at %s", bucket, where)
 	case errors.Is(err, store.ErrAccess):
-		return nil, fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", bucket, where, cfg.Credentials, err)
+		return nil, fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", bucket, where, creds, err)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return nil, fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
 	default:

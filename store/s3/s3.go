@@ -51,6 +51,11 @@ type Config struct {
 	// PathStyle forces path-style requests (needed by most non-AWS servers).
 	PathStyle   bool
 	Credentials Credentials
+	// Provider, when set, hands out keys in place of Credentials, and
+	// renews them when it says they expired (temporary keys from STS, a
+	// container credentials endpoint or the instance profile, a credentials
+	// file that is replaced): every request signs with its current keys.
+	Provider credentials.Provider
 	// MaxConns bounds idle keep-alive connections kept to the server; it
 	// should be at least the number of GETs in flight.
 	MaxConns int
@@ -107,10 +112,14 @@ func New(cfg Config) (*Store, error) {
 		lookup = minio.BucketLookupPath
 	}
 	var creds *credentials.Credentials
-	if cfg.Credentials.AccessKey != "" {
+	anonymous := false
+	switch {
+	case cfg.Provider != nil:
+		creds = credentials.New(cfg.Provider)
+	case cfg.Credentials.AccessKey != "":
 		creds = credentials.NewStaticV4(cfg.Credentials.AccessKey, cfg.Credentials.SecretKey, cfg.Credentials.SessionToken)
-	} else {
-		creds = credentials.New(&credentials.Static{}) // anonymous
+	default:
+		creds, anonymous = credentials.New(&credentials.Static{}), true
 	}
 	transport := newTransport(cfg.MaxConns)
 	client, err := minio.New(host, &minio.Options{
@@ -126,7 +135,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	client.SetAppInfo("dataccel", "1")
 	presigner := client
-	if cfg.Credentials.AccessKey == "" {
+	if anonymous {
 		presigner, err = minio.New(host, &minio.Options{
 			Creds: credentials.NewStaticV4("anonymous", "anonymous", ""), Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: transport,
 		})
@@ -147,11 +156,11 @@ func New(cfg Config) (*Store, error) {
 	}
 	hc := &http.Client{Transport: transport}
 	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc, wire: newWire(cfg.MaxConns, hc)}
-	if cfg.Credentials.AccessKey != "" {
+	if !anonymous {
 		get.creds = creds
 	}
 	return &Store{client: client, oneShot: oneShot, bucket: cfg.Bucket,
-		http: hc, get: get, presigner: presigner, anonymous: cfg.Credentials.AccessKey == "", listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
+		http: hc, get: get, presigner: presigner, anonymous: anonymous, listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
 }
 
 func newTransport(maxConns int) *http.Transport {

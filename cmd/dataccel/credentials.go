@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/dataccel/dataccel/store/s3"
+)
+
+// credSource is where a command's S3 keys come from: fixed keys, a provider
+// that renews them, or neither (anonymous). what names the source for
+// messages; it never holds a secret.
+type credSource struct {
+	static   s3.Credentials
+	provider credentials.Provider
+	what     string
+}
+
+// credentialFetchTimeout bounds one fetch of temporary keys (STS, a
+// container endpoint, the instance metadata service): requests wait for
+// it, and a hung endpoint must not hang them.
+const credentialFetchTimeout = 10 * time.Second
+
+// imdsProbeTimeout bounds the check, with nothing else configured, of
+// whether an EC2 instance profile is there: off EC2 the address does not
+// answer.
+const imdsProbeTimeout = time.Second
+
+// credentials finds the keys in the AWS SDKs' order: the environment's keys
+// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); a web
+// identity token exchanged at STS (EKS IRSA: AWS_WEB_IDENTITY_TOKEN_FILE and
+// AWS_ROLE_ARN); a container credentials endpoint (EKS Pod Identity, ECS:
+// AWS_CONTAINER_CREDENTIALS_FULL_URI or _RELATIVE_URI); the shared
+// credentials file, read again when it changes (a Kubernetes Secret mounted
+// as a file is replaced when rotated); for AWS S3 (no --endpoint) or with
+// AWS_EC2_METADATA_SERVICE_ENDPOINT set, the EC2 instance profile if the
+// metadata service answers (AWS_EC2_METADATA_DISABLED=true skips it); else
+// anonymous access. Temporary keys are renewed before they expire.
+func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
+	if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
+		secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
+		if secret == "" {
+			return credSource{}, errors.New("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
+		}
+		c := s3.Credentials{AccessKey: id, SecretKey: secret, SessionToken: os.Getenv("AWS_SESSION_TOKEN")}
+		return credSource{static: c, what: "AWS_ACCESS_KEY_ID, " + c.String()}, nil
+	}
+	client := &http.Client{Timeout: credentialFetchTimeout}
+	if file := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); file != "" {
+		role := os.Getenv("AWS_ROLE_ARN")
+		if role == "" {
+			return credSource{}, errors.New("AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not")
+		}
+		p := &credentials.IAM{Client: client, Region: os.Getenv("AWS_REGION")}
+		p.EKSIdentity.TokenFile, p.EKSIdentity.RoleARN = file, role
+		// The SDKs' name for another STS endpoint (a private or regional one).
+		p.Endpoint = os.Getenv("AWS_ENDPOINT_URL_STS")
+		return credSource{provider: p, what: "web identity token " + file + " for role " + role}, nil
+	}
+	if full, rel := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"), os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); full != "" || rel != "" {
+		// credentials.IAM reads these and the authorization token itself.
+		return credSource{provider: &credentials.IAM{Client: client}, what: "container credentials endpoint"}, nil
+	}
+	path, explicit := f.credentialsFile, f.credentialsFile != ""
+	if path == "" {
+		path, explicit = os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), os.Getenv("AWS_SHARED_CREDENTIALS_FILE") != ""
+	}
+	if path == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			path = filepath.Join(home, ".aws", "credentials")
+		}
+	}
+	profile := f.profile
+	if profile == "" {
+		profile = os.Getenv("AWS_PROFILE")
+	}
+	if profile == "" {
+		profile = "default"
+	}
+	if path != "" {
+		p := &fileCredentials{path: path, profile: profile}
+		if _, err := p.Retrieve(); err == nil {
+			return credSource{provider: p, what: fmt.Sprintf("credentials file %s, profile %s", path, profile)}, nil
+		} else if !errors.Is(err, os.ErrNotExist) || explicit {
+			return credSource{}, err
+		}
+	}
+	imds := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+	if (f.endpoint == "" || imds != "") && os.Getenv("AWS_EC2_METADATA_DISABLED") != "true" {
+		p := &credentials.IAM{Client: client, Endpoint: imds}
+		probe := &credentials.IAM{Client: &http.Client{Timeout: imdsProbeTimeout}, Endpoint: imds}
+		pctx, cancel := context.WithTimeout(ctx, imdsProbeTimeout)
+		_, err := probe.RetrieveWithCredContext(&credentials.CredContext{Client: probe.Client, Context: pctx})
+		cancel()
+		if err == nil {
+			return credSource{provider: p, what: "EC2 instance profile"}, nil
+		}
+	}
+	return credSource{what: "anonymous: no AWS_ACCESS_KEY_ID, web identity, container endpoint, credentials file or instance profile"}, nil
+}
+
+// fileCheckEvery is how often a credentials file is checked for a change.
+const fileCheckEvery = time.Second
+
+// fileCredentials reads a profile of a shared credentials file, and again
+// once the file changed: a rotated Kubernetes Secret mounted as a file is
+// swapped in whole (a new inode), and a rewrite changes its time or size.
+type fileCredentials struct {
+	path, profile string
+
+	mu      sync.Mutex
+	read    fileStamp // guarded by mu; the file as last read
+	checked time.Time // guarded by mu
+	changed bool      // guarded by mu; since it was read
+}
+
+// fileStamp tells one version of a file from another.
+type fileStamp struct {
+	ino, size int64
+	mod       time.Time
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	st := fileStamp{size: fi.Size(), mod: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = int64(sys.Ino)
+	}
+	return st, nil
+}
+
+func (p *fileCredentials) Retrieve() (credentials.Value, error) {
+	st, err := stampOf(p.path)
+	if err != nil {
+		return credentials.Value{}, fmt.Errorf("credentials file: %w", err)
+	}
+	c, err := readCredentialsFile(p.path, p.profile)
+	if err != nil {
+		return credentials.Value{}, err
+	}
+	p.mu.Lock()
+	p.read, p.checked, p.changed = st, time.Now(), false
+	p.mu.Unlock()
+	return credentials.Value{AccessKeyID: c.AccessKey, SecretAccessKey: c.SecretKey, SessionToken: c.SessionToken,
+		SignerType: credentials.SignatureV4}, nil
+}
+
+func (p *fileCredentials) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	return p.Retrieve()
+}
+
+// IsExpired says whether the file changed since it was read, looking at
+// most every fileCheckEvery; once it has, until it is read again (a caller
+// may ask without reading). A file that is gone or unreadable keeps the
+// keys read last.
+func (p *fileCredentials) IsExpired() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.changed && time.Since(p.checked) >= fileCheckEvery {
+		p.checked = time.Now()
+		st, err := stampOf(p.path)
+		p.changed = err == nil && st != p.read
+	}
+	return p.changed
+}
