@@ -113,6 +113,11 @@ func checkHTTPPort(pod *corev1.Pod, s settings) error {
 func (c Config) patch(pod *corev1.Pod, s settings) []jsonpatch.Operation {
 	var ops []jsonpatch.Operation
 	sidecar := c.sidecar(s)
+	if s.podIdentity {
+		env, mounts := podIdentity(pod)
+		sidecar.Env = append(env, sidecar.Env...)
+		sidecar.VolumeMounts = append(sidecar.VolumeMounts, mounts...)
+	}
 	if len(pod.Spec.InitContainers) == 0 {
 		ops = append(ops, jsonpatch.Add("/spec/initContainers", []corev1.Container{sidecar}))
 	} else {

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,12 @@ const (
 	// AnnotationSecret names the Secret (in the pod's namespace) holding
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 	AnnotationSecret = "dataccel.io/secret"
+	// AnnotationCredentials says where the sidecar's keys come from:
+	// "secret" (the default: AnnotationSecret's keys) or "pod": the pod's
+	// own identity, EKS IRSA or Pod Identity, whose environment and token
+	// mount the sidecar takes from the first container that has them (or
+	// else the node's instance profile). Temporary keys are renewed.
+	AnnotationCredentials = "dataccel.io/credentials"
 	// AnnotationHTTPPort overrides the sidecar's /metrics, /healthz and
 	// /readyz port; required on hostNetwork pods (see checkHTTPPort).
 	AnnotationHTTPPort = "dataccel.io/http-port"
@@ -178,6 +185,7 @@ type settings struct {
 	cacheSize, ramCacheSize   string
 	ramBytes                  int64
 	endpoint, region, secret  string
+	podIdentity               bool // AnnotationCredentials "pod": no Secret
 	httpPort                  int32
 	httpPortSet               bool // the pod chose the port (AnnotationHTTPPort)
 	hostNetwork               bool // the pod's ports are the node's
@@ -255,7 +263,14 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	if s.region != "" && !regionRE.MatchString(s.region) {
 		return s, &AnnotationError{AnnotationRegion, s.region, regionWant}
 	}
-	if errs := validation.IsDNS1123Subdomain(s.secret); len(errs) > 0 {
+	switch creds := valueOr(ann, AnnotationCredentials, "secret"); creds {
+	case "secret":
+	case "pod":
+		s.podIdentity, s.secret = true, ""
+	default:
+		return s, &AnnotationError{AnnotationCredentials, creds, `want "secret" (the keys in the Secret ` + AnnotationSecret + ` names) or "pod" (the pod's IRSA or Pod Identity, else the node's instance profile)`}
+	}
+	if errs := validation.IsDNS1123Subdomain(s.secret); !s.podIdentity && len(errs) > 0 {
 		return s, &AnnotationError{AnnotationSecret, s.secret, "want a Secret name: " + strings.Join(errs, "; ")}
 	}
 	if v, ok := ann[AnnotationHTTPPort]; ok {
@@ -405,17 +420,18 @@ func (c Config) sidecar(s settings) corev1.Container {
 			LocalObjectReference: corev1.LocalObjectReference{Name: s.secret}, Key: name,
 		}}}
 	}
+	// A soft limit for the Go runtime, below the container's limit.
+	env := []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()/10*9, 10)}}
+	if !s.podIdentity {
+		env = append([]corev1.EnvVar{secretEnv("AWS_ACCESS_KEY_ID"), secretEnv("AWS_SECRET_ACCESS_KEY")}, env...)
+	}
 	return corev1.Container{
 		Name:            SidecarName,
 		Image:           c.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
 		Args:            c.sidecarArgs(s),
 		RestartPolicy:   &always,
-		Env: []corev1.EnvVar{
-			secretEnv("AWS_ACCESS_KEY_ID"), secretEnv("AWS_SECRET_ACCESS_KEY"),
-			// A soft limit for the Go runtime, below the container's limit.
-			{Name: "GOMEMLIMIT", Value: strconv.FormatInt(mem.Value()/10*9, 10)},
-		},
+		Env:             env,
 		// The probes name the port, so they follow the pod's choice.
 		Ports: []corev1.ContainerPort{port},
 		// Startup: the mount must serve before the next containers start
@@ -440,4 +456,44 @@ func (c Config) sidecar(s settings) corev1.Container {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// identityEnv is the environment by which EKS gives a pod its AWS identity
+// (IRSA, Pod Identity), and the SDKs read.
+var identityEnv = []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME", "AWS_STS_REGIONAL_ENDPOINTS",
+	"AWS_ENDPOINT_URL_STS", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}
+
+// podIdentity returns the identity environment of the first container of
+// pod that has one (AWS_ROLE_ARN or AWS_CONTAINER_CREDENTIALS_FULL_URI),
+// and that container's mounts holding its token files. EKS's own webhook
+// adds these to the containers it sees; the sidecar, added by this
+// webhook, may come after it.
+func podIdentity(pod *corev1.Pod) ([]corev1.EnvVar, []corev1.VolumeMount) {
+	for _, ctr := range append(slices.Clone(pod.Spec.Containers), pod.Spec.InitContainers...) {
+		var env []corev1.EnvVar
+		var files []string
+		for _, e := range ctr.Env {
+			if slices.Contains(identityEnv, e.Name) {
+				env = append(env, e)
+				if strings.HasSuffix(e.Name, "_FILE") && e.Value != "" {
+					files = append(files, e.Value)
+				}
+			}
+		}
+		if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+			return e.Name == "AWS_ROLE_ARN" || e.Name == "AWS_CONTAINER_CREDENTIALS_FULL_URI"
+		}) {
+			continue
+		}
+		var mounts []corev1.VolumeMount
+		for _, m := range ctr.VolumeMounts {
+			dir := strings.TrimSuffix(m.MountPath, "/") + "/"
+			if slices.ContainsFunc(files, func(f string) bool { return strings.HasPrefix(f, dir) }) {
+				m.MountPropagation = nil // a token mount is read, never propagated
+				mounts = append(mounts, m)
+			}
+		}
+		return env, mounts
+	}
+	return nil, nil
 }

@@ -406,6 +406,7 @@ func TestRejected(t *testing.T) {
 		{"mount path hiding the sidecar's binary", podWith(t, webhook.AnnotationMountPath, "/usr/local/bin"), "must not be /usr/local/bin"},
 		{"a mount inside the mount path", mountInside, `mounts volume "ckpt" at /data/checkpoints, inside the dataset's mount path /data`},
 		{"secret name", podWith(t, webhook.AnnotationSecret, "Not_A_Name"), "dataccel.io/secret"},
+		{"credentials source", podWith(t, webhook.AnnotationCredentials, "irsa"), `dataccel.io/credentials="irsa": want "secret"`},
 		{"region with a space", podWith(t, webhook.AnnotationRegion, "eu central-1"), `dataccel.io/region="eu central-1"`},
 		{"region with a slash", podWith(t, webhook.AnnotationRegion, "eu-central-1/x"), "dataccel.io/region"},
 		{"region that is a flag", podWith(t, webhook.AnnotationRegion, "--endpoint=http://evil:9000"), "dataccel.io/region"},
@@ -635,6 +636,74 @@ func TestHTTPPort(t *testing.T) {
 
 // TestRegion: the region a pod annotates, else the webhook's, reaches the
 // sidecar as --region.
+// TestPodIdentity: with credentials from the pod, the sidecar reads no
+// Secret and takes the pod's EKS identity (IRSA's or Pod Identity's
+// environment and the mount of its token) from the first container that
+// has one; without one it has none (the node's instance profile). The
+// Secret's keys stay the default.
+func TestPodIdentity(t *testing.T) {
+	irsa := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n", `    command: [python, train.py, --data, /data]
+    env:
+    - {name: HOME, value: /home/me}
+    - {name: AWS_ROLE_ARN, value: "arn:aws:iam::123456789012:role/reader"}
+    - {name: AWS_WEB_IDENTITY_TOKEN_FILE, value: /var/run/secrets/eks.amazonaws.com/serviceaccount/token}
+    - {name: AWS_STS_REGIONAL_ENDPOINTS, value: regional}
+    volumeMounts:
+    - {name: aws-iam-token, mountPath: /var/run/secrets/eks.amazonaws.com/serviceaccount, readOnly: true}
+    - {name: scratch, mountPath: /scratch}
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - name: aws-iam-token
+    projected: {sources: [{serviceAccountToken: {audience: sts.amazonaws.com, expirationSeconds: 86400, path: token}}]}
+`, 1)
+	podIdentity := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n", `    command: [python, train.py, --data, /data]
+    env:
+    - {name: AWS_CONTAINER_CREDENTIALS_FULL_URI, value: "http://169.254.170.23/v1/credentials"}
+    - {name: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE, value: /var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token}
+    volumeMounts:
+    - {name: eks-pod-identity-token, mountPath: /var/run/secrets/pods.eks.amazonaws.com/serviceaccount, readOnly: true}
+  volumes:
+  - name: eks-pod-identity-token
+    projected: {sources: [{serviceAccountToken: {audience: pods.eks.amazonaws.com, expirationSeconds: 86400, path: eks-pod-identity-token}}]}
+`, 1)
+	tests := []struct {
+		name, pod  string
+		wantEnv    []string // names, in order, GOMEMLIMIT aside
+		wantMounts []string // beyond the data and cache volumes
+	}{
+		{"the Secret by default", irsa, []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, nil},
+		{"IRSA", annotate(t, irsa, webhook.AnnotationCredentials, "pod"), []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS"}, []string{"aws-iam-token"}},
+		{"Pod Identity", annotate(t, podIdentity, webhook.AnnotationCredentials, "pod"), []string{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}, []string{"eks-pod-identity-token"}},
+		{"no identity: the node's", podWith(t, webhook.AnnotationCredentials, "pod"), nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, s := injected(t, testConfig, tt.pod)
+			var env, mounts []string
+			for _, e := range s.Env {
+				if e.Name == "GOMEMLIMIT" {
+					continue
+				}
+				env = append(env, e.Name)
+				if tt.wantMounts != nil && e.ValueFrom != nil {
+					t.Fatalf("env %s comes from %v with pod credentials", e.Name, e.ValueFrom)
+				}
+			}
+			for _, m := range s.VolumeMounts {
+				if m.Name != webhook.DataVolumeName && m.Name != webhook.CacheVolumeName {
+					mounts = append(mounts, m.Name)
+					if !m.ReadOnly || m.MountPropagation != nil {
+						t.Fatalf("token mount %+v: want read-only, not propagated", m)
+					}
+				}
+			}
+			if !slices.Equal(env, tt.wantEnv) || !slices.Equal(mounts, tt.wantMounts) {
+				t.Fatalf("sidecar env %v and mounts %v; want %v and %v", env, mounts, tt.wantEnv, tt.wantMounts)
+			}
+		})
+	}
+}
+
 func TestRegion(t *testing.T) {
 	tests := []struct {
 		name, cfgRegion, pod string
