@@ -64,11 +64,11 @@ func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
 		p.EKSIdentity.TokenFile, p.EKSIdentity.RoleARN = file, role
 		// The SDKs' name for another STS endpoint (a private or regional one).
 		p.Endpoint = os.Getenv("AWS_ENDPOINT_URL_STS")
-		return credSource{provider: p, what: "web identity token " + file + " for role " + role}, nil
+		return firstKeys(ctx, p, client, "web identity token "+file+" for role "+role)
 	}
 	if full, rel := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"), os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); full != "" || rel != "" {
 		// credentials.IAM reads these and the authorization token itself.
-		return credSource{provider: &credentials.IAM{Client: client}, what: "container credentials endpoint"}, nil
+		return firstKeys(ctx, &credentials.IAM{Client: client}, client, "container credentials endpoint")
 	}
 	path, explicit := f.credentialsFile, f.credentialsFile != ""
 	if path == "" {
@@ -106,6 +106,16 @@ func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
 		}
 	}
 	return credSource{what: "anonymous: no AWS_ACCESS_KEY_ID, web identity, container endpoint, credentials file or instance profile"}, nil
+}
+
+// firstKeys fetches p's first keys, so that a source set up wrong (a token
+// file missing, STS or the endpoint refusing) fails the command at start
+// with its name, not as an unreachable bucket.
+func firstKeys(ctx context.Context, p credentials.Provider, client *http.Client, what string) (credSource, error) {
+	if _, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: client, Context: ctx}); err != nil {
+		return credSource{}, fmt.Errorf("keys from the %s: %w", what, err)
+	}
+	return credSource{provider: p, what: what}, nil
 }
 
 // fileCheckEvery is how often a credentials file is checked for a change.

@@ -234,7 +234,24 @@ func TestCredentialSources(t *testing.T) {
 		}
 	}))
 	t.Cleanup(imds.Close)
+	keys := func(key string) map[string]string {
+		return map[string]string{"AccessKeyId": key, "SecretAccessKey": "s", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+	}
+	container := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(keys("AKIDCONTAINER"))
+	}))
+	t.Cleanup(container.Close)
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>AKIDSTS</AccessKeyId><SecretAccessKey>s</SecretAccessKey>
+<Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	t.Cleanup(sts.Close)
 	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("a-jwt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(dir, "credentials")
 	if err := os.WriteFile(file, []byte("[default]\naws_access_key_id = AKIDFILE\naws_secret_access_key = file-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -250,11 +267,15 @@ func TestCredentialSources(t *testing.T) {
 		{name: "environment first", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "s",
 			"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "r", "AWS_SHARED_CREDENTIALS_FILE": file}, want: "AWS_ACCESS_KEY_ID", wantKey: "AKIDENV"},
 		{name: "key without secret", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV"}, want: "AWS_ACCESS_KEY_ID is set but", wantErr: true},
-		{name: "web identity before the file", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "r",
-			"AWS_SHARED_CREDENTIALS_FILE": file}, want: "web identity token /t for role r"},
-		{name: "web identity without a role", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": "/t"}, want: "AWS_WEB_IDENTITY_TOKEN_FILE is set but", wantErr: true},
-		{name: "container endpoint before the file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:1/",
-			"AWS_SHARED_CREDENTIALS_FILE": file}, want: "container credentials endpoint"},
+		{name: "web identity before the file", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_ROLE_ARN": "r",
+			"AWS_ENDPOINT_URL_STS": sts.URL, "AWS_SHARED_CREDENTIALS_FILE": file}, want: "web identity token " + token + " for role r", wantKey: "AKIDSTS"},
+		{name: "web identity without a role", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token}, want: "AWS_WEB_IDENTITY_TOKEN_FILE is set but", wantErr: true},
+		{name: "web identity token missing", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token + ".missing", "AWS_ROLE_ARN": "r",
+			"AWS_ENDPOINT_URL_STS": sts.URL}, want: "keys from the web identity token", wantErr: true},
+		{name: "container endpoint before the file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": container.URL,
+			"AWS_SHARED_CREDENTIALS_FILE": file}, want: "container credentials endpoint", wantKey: "AKIDCONTAINER"},
+		{name: "container endpoint that does not answer", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:1/"},
+			want: "keys from the container credentials endpoint", wantErr: true},
 		{name: "file before the instance profile", env: map[string]string{"AWS_SHARED_CREDENTIALS_FILE": file,
 			"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL}, want: "credentials file " + file, wantKey: "AKIDFILE"},
 		{name: "a named file that is missing", env: map[string]string{"AWS_SHARED_CREDENTIALS_FILE": file + ".missing"}, want: "credentials file", wantErr: true},
