@@ -231,6 +231,7 @@ func TestAnnounceSuperseded(t *testing.T) {
 func TestAnnounceTimerAfterFsync(t *testing.T) {
 	ctl := &recordingControl{}
 	fsys := newFS(Config{Store: memStore{objs: map[string][]byte{"p/c/a.jpg": nil}}, Prefix: "p/", Control: ctl})
+	t.Cleanup(fsys.stop)
 	a := &announceFile{fsys: fsys}
 	ctx := context.Background()
 	if _, errno := a.Write(ctx, nil, []byte("c/a.jpg\n"), 0); errno != 0 {
@@ -442,6 +443,7 @@ func TestResolveLongList(t *testing.T) {
 		}
 	}
 	fsys := newFS(Config{Store: memStore{objs: objs}, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(fsys.stop)
 	for _, parts := range []int{1, 2, 3, 7, 64} {
 		order, err := fsys.resolveIn(context.Background(), []byte(list.String()), parts)
 		if err != nil {

@@ -32,6 +32,7 @@ func TestReaderDroppedAtEnd(t *testing.T) {
 		opens++
 		return &sliceReader{content}
 	})})
+	t.Cleanup(fsys.stop)
 	n := &fileNode{fsys: fsys, obj: store.Object{Key: "f", Size: int64(len(content))}}
 	read := func(off, size int) []byte {
 		t.Helper()

@@ -90,6 +90,7 @@ func FuzzAnnounce(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ms := memStore{objs: map[string][]byte{"p/c/a.jpg": []byte("a"), "p/c/b.jpg": []byte("b"), "p/.dataccel/stats": []byte("x")}}
 		fsys := newFS(Config{Store: ms, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+		t.Cleanup(fsys.stop)
 		order, err := fsys.resolve(context.Background(), data)
 		if err != nil {
 			t.Fatalf("resolve: %v", err) // only a failed listing is an error
@@ -129,6 +130,7 @@ func BenchmarkResolve(b *testing.B) {
 			}
 			list := []byte(strings.Join(lines, ""))
 			fsys := newFS(Config{Store: newSortedStore(objs), Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+			b.Cleanup(fsys.stop)
 			ctx := context.Background()
 			if order, err := fsys.resolve(ctx, list); err != nil || len(order) != len(lines) {
 				b.Fatalf("resolved %d files, err %v; want %d", len(order), err, len(lines))

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -32,6 +33,11 @@ type listing struct {
 	dirs    []int         // indices in entries of the subdirectories, ascending
 	at      time.Time     // when its LIST started: what it says is no older
 	took    time.Duration // how long its LIST took (0 from a manifest)
+
+	// used says a lookup or readdir asked for the listing (a fetch for one
+	// counts); relistDue relists only used listings, so a directory the job
+	// left costs one LIST more, not one a ttl for the mount's life.
+	used atomic.Bool
 }
 
 // lookUp returns l's entry for name; a name in bytes makes no string.
@@ -80,24 +86,34 @@ func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
 	return ns.listAt(ctx, dir, time.Time{})
 }
 
-// cached returns the listing of dir if it is held and younger than the
-// TTL, without fetching; otherwise nil.
+// fresh says whether l is younger than the ttl. A listing whose LIST took
+// more than half the ttl serves half a ttl after it arrived: it cannot be
+// younger, and listing it again at once would never end.
+func (ns *namespace) fresh(l *listing, now time.Time) bool {
+	return now.Sub(l.at) < max(ns.ttl, l.took+ns.ttl/2)
+}
+
+// cached returns the listing of dir if it is held and fresh, without
+// fetching; otherwise nil.
 func (ns *namespace) cached(dir string) *listing {
-	if l := ns.held(dir); l != nil && ns.now().Sub(l.at) < ns.ttl {
+	if l := ns.held(dir); l != nil && ns.fresh(l, ns.now()) {
 		return l
 	}
 	return nil
 }
 
-// serving returns dir's listing if it is younger than the ttl, or older
-// while relistDue lists it again (it started before the ttl passed: the
-// listing serves for the ttl and the time its relisting takes); otherwise
-// nil.
+// serving returns dir's listing if it is fresh, or no longer while
+// relistDue lists it again (it started before the listing expired: the
+// listing serves for the ttl and the time its relisting takes), and marks
+// it used; otherwise nil.
 func (ns *namespace) serving(dir string) *listing {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
-	if l != nil && (ns.now().Sub(l.at) < ns.ttl || ns.relisting[dir]) {
+	if l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir]) {
+		if !l.used.Load() {
+			l.used.Store(true)
+		}
 		return l
 	}
 	return nil
@@ -116,7 +132,9 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 		if r.Err != nil {
 			return nil, r.Err
 		}
-		return r.Val.(*listing), nil
+		l := r.Val.(*listing)
+		l.used.Store(true)
+		return l, nil
 	}
 }
 
@@ -155,26 +173,23 @@ func (ns *namespace) keepFresh() {
 	}
 }
 
-// relistDue lists again, two at a time, the directories whose listings are
-// in the last quarter of their ttl, or closer to it than twice the time
-// their LIST took (but not in its first half): a lookup in a directory the
-// job reads then never waits for its relisting (the kernel, which caches
-// entries for the ttl too, hides the job's use of a listing until it
-// expires). Directories no longer read are relisted too: a LIST a ttl
-// each. Failures are logged in one line; a listing that cannot be relisted
-// serves until its ttl, then lookups wait for a fetch as on a first
-// listing, and see its error.
+// relistDue lists again, two at a time, the directories whose listings
+// were used and are in the last quarter of their ttl, or closer to it than
+// twice the time their LIST took (but not in its first half): a lookup in
+// a directory the job reads then never waits for its relisting. The
+// kernel caches entries for the ttl too and hides the job's use of a
+// listing until they expire, so a listing counts as used once it was asked
+// for at all: a directory the job left is relisted once more, then no
+// longer. Failures are logged in one line; a listing that cannot be
+// relisted serves until it expires, then lookups wait for a fetch as on a
+// first listing, and see its error.
 func (ns *namespace) relistDue(ctx context.Context) {
 	now := ns.now()
 	var due []string
 	ns.mu.Lock()
 	for dir, l := range ns.dirs {
-		age := now.Sub(l.at)
-		if age >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && !ns.relisting[dir] {
+		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && l.used.Load() && !ns.relisting[dir] {
 			due = append(due, dir)
-			if age < ns.ttl {
-				ns.relisting[dir] = true // serves on while relisted
-			}
 		}
 	}
 	ns.mu.Unlock()
@@ -188,6 +203,13 @@ func (ns *namespace) relistDue(ctx context.Context) {
 	g.SetLimit(2)
 	for _, dir := range due {
 		g.Go(func() error {
+			// Marked as it starts, not while it waits its turn: a listing
+			// serves past its expiry only for the time of its own LIST.
+			ns.mu.Lock()
+			if l := ns.dirs[dir]; l != nil && ns.fresh(l, ns.now()) {
+				ns.relisting[dir] = true
+			}
+			ns.mu.Unlock()
 			var err error
 			select {
 			case r := <-ns.fetchShared(dir):

@@ -289,3 +289,53 @@ func TestRelistDueSlowList(t *testing.T) {
 		})
 	}
 }
+
+// TestListSlowerThanTTL: a listing whose LIST took longer than the TTL
+// still serves (half a TTL after it arrived), instead of every lookup
+// listing the directory again.
+func TestListSlowerThanTTL(t *testing.T) {
+	var clock atomic.Int64
+	st := &clockLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, clock: &clock, d: 70 * time.Minute}
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+	start := time.Now()
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	for _, at := range []time.Duration{70 * time.Minute, 99 * time.Minute} {
+		clock.Store(int64(at))
+		if _, ok, err := ns.lookup(t.Context(), "d/", "a"); err != nil || !ok {
+			t.Fatalf("lookup at %v: %v %v", at, ok, err)
+		}
+		if n := st.lists.Load(); n != 1 {
+			t.Fatalf("%d LISTs at %v, want 1: the 70-minute listing serves until 100 minutes", n, at)
+		}
+	}
+}
+
+// TestRelistDueOnlyUsed: a listing nobody asked for since it was made (a
+// relisting, one restored from a manifest) is not listed again: a
+// directory the job left costs one LIST more, not one a TTL.
+func TestRelistDueOnlyUsed(t *testing.T) {
+	var clock atomic.Int64
+	st := &clockLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "r/b": nil}}, clock: &clock}
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+	start := time.Now()
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	ns.restore("", []store.ManifestDir{{Dir: "r/", Files: []store.Object{{Key: "r/b"}}}})
+	if _, err := ns.list(t.Context(), "d/"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{2, 2} { // d/ once more (it was used), r/ never
+		clock.Store(int64(time.Duration(i+1) * 50 * time.Minute))
+		ns.relistDue(t.Context())
+		if n := st.lists.Load(); n != want {
+			t.Fatalf("round %d: %d LISTs, want %d", i, n, want)
+		}
+	}
+	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); err != nil || !ok { // used again
+		t.Fatalf("lookup: %v %v", ok, err)
+	}
+	clock.Store(int64(150 * time.Minute))
+	ns.relistDue(t.Context())
+	if n := st.lists.Load(); n != 3 {
+		t.Fatalf("%d LISTs after d/ was used again, want 3", n)
+	}
+}
