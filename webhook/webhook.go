@@ -461,7 +461,8 @@ func (c Config) sidecar(s settings) corev1.Container {
 // identityEnv is the environment by which EKS gives a pod its AWS identity
 // (IRSA, Pod Identity), and the SDKs read.
 var identityEnv = []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME", "AWS_STS_REGIONAL_ENDPOINTS",
-	"AWS_ENDPOINT_URL_STS", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}
+	"AWS_ENDPOINT_URL_STS", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+	"AWS_REGION", "AWS_DEFAULT_REGION"}
 
 // podIdentity returns the identity environment of the first container of
 // pod that has one (AWS_ROLE_ARN or AWS_CONTAINER_CREDENTIALS_FULL_URI),
@@ -486,10 +487,20 @@ func podIdentity(pod *corev1.Pod) ([]corev1.EnvVar, []corev1.VolumeMount) {
 			continue
 		}
 		var mounts []corev1.VolumeMount
-		for _, m := range ctr.VolumeMounts {
-			dir := strings.TrimSuffix(m.MountPath, "/") + "/"
-			if slices.ContainsFunc(files, func(f string) bool { return strings.HasPrefix(f, dir) }) {
-				m.MountPropagation = nil // a token mount is read, never propagated
+		for _, f := range files {
+			// The mount that holds the file: the deepest one on its path
+			// (the file itself with subPath), never a wider one such as a
+			// hostPath /var that happens to contain it.
+			best := -1
+			for i, m := range ctr.VolumeMounts {
+				dir := strings.TrimSuffix(m.MountPath, "/")
+				if (f == dir || strings.HasPrefix(f, dir+"/")) && (best < 0 || len(dir) > len(strings.TrimSuffix(ctr.VolumeMounts[best].MountPath, "/"))) {
+					best = i
+				}
+			}
+			if best >= 0 && !slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return m.MountPath == ctr.VolumeMounts[best].MountPath }) {
+				m := ctr.VolumeMounts[best]
+				m.ReadOnly, m.MountPropagation = true, nil // a token is read, never written or propagated
 				mounts = append(mounts, m)
 			}
 		}

@@ -634,13 +634,12 @@ func TestHTTPPort(t *testing.T) {
 	}
 }
 
-// TestRegion: the region a pod annotates, else the webhook's, reaches the
-// sidecar as --region.
 // TestPodIdentity: with credentials from the pod, the sidecar reads no
 // Secret and takes the pod's EKS identity (IRSA's or Pod Identity's
-// environment and the mount of its token) from the first container that
-// has one; without one it has none (the node's instance profile). The
-// Secret's keys stay the default.
+// environment and the mount of its token, read-only: the deepest mount on
+// the token's path, not a wider hostPath, and a subPath file mount too)
+// from the first container that has one; without one it has none (the
+// node's instance profile). The Secret's keys stay the default.
 func TestPodIdentity(t *testing.T) {
 	irsa := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n", `    command: [python, train.py, --data, /data]
     env:
@@ -648,11 +647,14 @@ func TestPodIdentity(t *testing.T) {
     - {name: AWS_ROLE_ARN, value: "arn:aws:iam::123456789012:role/reader"}
     - {name: AWS_WEB_IDENTITY_TOKEN_FILE, value: /var/run/secrets/eks.amazonaws.com/serviceaccount/token}
     - {name: AWS_STS_REGIONAL_ENDPOINTS, value: regional}
+    - {name: AWS_REGION, value: eu-west-1}
     volumeMounts:
-    - {name: aws-iam-token, mountPath: /var/run/secrets/eks.amazonaws.com/serviceaccount, readOnly: true}
+    - {name: host-var, mountPath: /var}
+    - {name: aws-iam-token, mountPath: /var/run/secrets/eks.amazonaws.com/serviceaccount}
     - {name: scratch, mountPath: /scratch}
   volumes:
   - {name: scratch, emptyDir: {}}
+  - {name: host-var, hostPath: {path: /var}}
   - name: aws-iam-token
     projected: {sources: [{serviceAccountToken: {audience: sts.amazonaws.com, expirationSeconds: 86400, path: token}}]}
 `, 1)
@@ -661,7 +663,7 @@ func TestPodIdentity(t *testing.T) {
     - {name: AWS_CONTAINER_CREDENTIALS_FULL_URI, value: "http://169.254.170.23/v1/credentials"}
     - {name: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE, value: /var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token}
     volumeMounts:
-    - {name: eks-pod-identity-token, mountPath: /var/run/secrets/pods.eks.amazonaws.com/serviceaccount, readOnly: true}
+    - {name: eks-pod-identity-token, mountPath: /var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token, subPath: eks-pod-identity-token}
   volumes:
   - name: eks-pod-identity-token
     projected: {sources: [{serviceAccountToken: {audience: pods.eks.amazonaws.com, expirationSeconds: 86400, path: eks-pod-identity-token}}]}
@@ -672,7 +674,7 @@ func TestPodIdentity(t *testing.T) {
 		wantMounts []string // beyond the data and cache volumes
 	}{
 		{"the Secret by default", irsa, []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, nil},
-		{"IRSA", annotate(t, irsa, webhook.AnnotationCredentials, "pod"), []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS"}, []string{"aws-iam-token"}},
+		{"IRSA", annotate(t, irsa, webhook.AnnotationCredentials, "pod"), []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS", "AWS_REGION"}, []string{"aws-iam-token"}},
 		{"Pod Identity", annotate(t, podIdentity, webhook.AnnotationCredentials, "pod"), []string{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}, []string{"eks-pod-identity-token"}},
 		{"no identity: the node's", podWith(t, webhook.AnnotationCredentials, "pod"), nil, nil},
 	}
@@ -704,6 +706,8 @@ func TestPodIdentity(t *testing.T) {
 	}
 }
 
+// TestRegion: the region a pod annotates, else the webhook's, reaches the
+// sidecar as --region.
 func TestRegion(t *testing.T) {
 	tests := []struct {
 		name, cfgRegion, pod string

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -35,17 +36,21 @@ const credentialFetchTimeout = 10 * time.Second
 // answer.
 const imdsProbeTimeout = time.Second
 
-// credentials finds the keys in the AWS SDKs' order: the environment's keys
-// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); a web
-// identity token exchanged at STS (EKS IRSA: AWS_WEB_IDENTITY_TOKEN_FILE and
-// AWS_ROLE_ARN); a container credentials endpoint (EKS Pod Identity, ECS:
-// AWS_CONTAINER_CREDENTIALS_FULL_URI or _RELATIVE_URI); the shared
-// credentials file, read again when it changes (a Kubernetes Secret mounted
-// as a file is replaced when rotated); for AWS S3 (no --endpoint) or with
+// credentials finds the keys, the first source set winning: the
+// environment's keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN); a credentials file or profile the user named
+// (--credentials-file, $AWS_SHARED_CREDENTIALS_FILE, --profile,
+// $AWS_PROFILE); a web identity token exchanged at STS (EKS IRSA:
+// AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN); a container credentials
+// endpoint (EKS Pod Identity, ECS: AWS_CONTAINER_CREDENTIALS_FULL_URI or
+// _RELATIVE_URI); ~/.aws/credentials; for AWS S3 (no --endpoint) or with
 // AWS_EC2_METADATA_SERVICE_ENDPOINT set, the EC2 instance profile if the
 // metadata service answers (AWS_EC2_METADATA_DISABLED=true skips it); else
-// anonymous access. Temporary keys are renewed before they expire.
-func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
+// anonymous access. A credentials file is read again when it changes (a
+// Kubernetes Secret mounted as a file is replaced when rotated), and
+// temporary keys are renewed before they expire. region is the bucket's,
+// for STS.
+func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, error) {
 	if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
 		secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
 		if secret == "" {
@@ -54,45 +59,42 @@ func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
 		c := s3.Credentials{AccessKey: id, SecretKey: secret, SessionToken: os.Getenv("AWS_SESSION_TOKEN")}
 		return credSource{static: c, what: "AWS_ACCESS_KEY_ID, " + c.String()}, nil
 	}
+	path := f.credentialsFile
+	if path == "" {
+		path = os.Getenv("AWS_SHARED_CREDENTIALS_FILE")
+	}
+	profile := f.profile
+	if profile == "" {
+		profile = os.Getenv("AWS_PROFILE")
+	}
+	if path != "" || profile != "" {
+		return f.fileSource(path, profile, true)
+	}
 	client := &http.Client{Timeout: credentialFetchTimeout}
 	if file := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); file != "" {
 		role := os.Getenv("AWS_ROLE_ARN")
 		if role == "" {
 			return credSource{}, errors.New("AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not")
 		}
-		p := &credentials.IAM{Client: client, Region: os.Getenv("AWS_REGION")}
+		p := &credentials.IAM{Client: client, Region: region}
 		p.EKSIdentity.TokenFile, p.EKSIdentity.RoleARN = file, role
-		// The SDKs' name for another STS endpoint (a private or regional one).
+		// The bucket's regional STS (reachable through a VPC endpoint
+		// where the global one is not), or the SDKs' override.
 		p.Endpoint = os.Getenv("AWS_ENDPOINT_URL_STS")
+		if p.Endpoint == "" {
+			p.Endpoint = "https://sts." + region + ".amazonaws.com"
+			if strings.HasPrefix(region, "cn-") {
+				p.Endpoint += ".cn"
+			}
+		}
 		return firstKeys(ctx, p, client, "web identity token "+file+" for role "+role)
 	}
 	if full, rel := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"), os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); full != "" || rel != "" {
 		// credentials.IAM reads these and the authorization token itself.
 		return firstKeys(ctx, &credentials.IAM{Client: client}, client, "container credentials endpoint")
 	}
-	path, explicit := f.credentialsFile, f.credentialsFile != ""
-	if path == "" {
-		path, explicit = os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), os.Getenv("AWS_SHARED_CREDENTIALS_FILE") != ""
-	}
-	if path == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			path = filepath.Join(home, ".aws", "credentials")
-		}
-	}
-	profile := f.profile
-	if profile == "" {
-		profile = os.Getenv("AWS_PROFILE")
-	}
-	if profile == "" {
-		profile = "default"
-	}
-	if path != "" {
-		p := &fileCredentials{path: path, profile: profile}
-		if _, err := p.Retrieve(); err == nil {
-			return credSource{provider: p, what: fmt.Sprintf("credentials file %s, profile %s", path, profile)}, nil
-		} else if !errors.Is(err, os.ErrNotExist) || explicit {
-			return credSource{}, err
-		}
+	if src, err := f.fileSource("", "", false); err != nil || src.provider != nil {
+		return src, err
 	}
 	imds := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
 	if (f.endpoint == "" || imds != "") && os.Getenv("AWS_EC2_METADATA_DISABLED") != "true" {
@@ -106,6 +108,30 @@ func (f *s3Flags) credentials(ctx context.Context) (credSource, error) {
 		}
 	}
 	return credSource{what: "anonymous: no AWS_ACCESS_KEY_ID, web identity, container endpoint, credentials file or instance profile"}, nil
+}
+
+// fileSource reads a profile of a credentials file (path "": ~/.aws/credentials;
+// profile "": default). A missing file is an error when named, else no
+// source (a credSource without keys).
+func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, error) {
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return credSource{}, nil
+		}
+		path = filepath.Join(home, ".aws", "credentials")
+	}
+	if profile == "" {
+		profile = "default"
+	}
+	p := &fileCredentials{path: path, profile: profile}
+	if _, err := p.Retrieve(); err != nil {
+		if errors.Is(err, os.ErrNotExist) && !named {
+			return credSource{}, nil
+		}
+		return credSource{}, err
+	}
+	return credSource{provider: p, what: fmt.Sprintf("credentials file %s, profile %s", path, profile)}, nil
 }
 
 // firstKeys fetches p's first keys, so that a source set up wrong (a token
@@ -128,9 +154,10 @@ type fileCredentials struct {
 	path, profile string
 
 	mu      sync.Mutex
-	read    fileStamp // guarded by mu; the file as last read
-	checked time.Time // guarded by mu
-	changed bool      // guarded by mu; since it was read
+	read    fileStamp         // guarded by mu; the file as last read
+	checked time.Time         // guarded by mu
+	changed bool              // guarded by mu; since it was read
+	last    credentials.Value // guarded by mu; the keys read last
 }
 
 // fileStamp tells one version of a file from another.
@@ -157,14 +184,20 @@ func (p *fileCredentials) Retrieve() (credentials.Value, error) {
 		return credentials.Value{}, fmt.Errorf("credentials file: %w", err)
 	}
 	c, err := readCredentialsFile(p.path, p.profile)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.read, p.checked, p.changed = st, time.Now(), false
 	if err != nil {
+		if p.last.AccessKeyID != "" {
+			// Half written, or the profile gone: the keys read last serve
+			// until the file changes again.
+			return p.last, nil
+		}
 		return credentials.Value{}, err
 	}
-	p.mu.Lock()
-	p.read, p.checked, p.changed = st, time.Now(), false
-	p.mu.Unlock()
-	return credentials.Value{AccessKeyID: c.AccessKey, SecretAccessKey: c.SecretKey, SessionToken: c.SessionToken,
-		SignerType: credentials.SignatureV4}, nil
+	p.last = credentials.Value{AccessKeyID: c.AccessKey, SecretAccessKey: c.SecretKey, SessionToken: c.SessionToken,
+		SignerType: credentials.SignatureV4}
+	return p.last, nil
 }
 
 func (p *fileCredentials) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
@@ -173,8 +206,7 @@ func (p *fileCredentials) RetrieveWithCredContext(*credentials.CredContext) (cre
 
 // IsExpired says whether the file changed since it was read, looking at
 // most every fileCheckEvery; once it has, until it is read again (a caller
-// may ask without reading). A file that is gone or unreadable keeps the
-// keys read last.
+// may ask without reading). A file that is gone keeps the keys read last.
 func (p *fileCredentials) IsExpired() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -235,7 +235,7 @@ func TestCredentialSources(t *testing.T) {
 	}))
 	t.Cleanup(imds.Close)
 	keys := func(key string) map[string]string {
-		return map[string]string{"AccessKeyId": key, "SecretAccessKey": "s", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+		return map[string]string{"AccessKeyId": key, "SecretAccessKey": "container-secret", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
 	}
 	container := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(keys("AKIDCONTAINER"))
@@ -243,7 +243,7 @@ func TestCredentialSources(t *testing.T) {
 	t.Cleanup(container.Close)
 	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
-<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>AKIDSTS</AccessKeyId><SecretAccessKey>s</SecretAccessKey>
+<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>AKIDSTS</AccessKeyId><SecretAccessKey>sts-secret</SecretAccessKey>
 <Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	}))
 	t.Cleanup(sts.Close)
@@ -259,21 +259,28 @@ func TestCredentialSources(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		env      map[string]string
+		home     bool   // a ~/.aws/credentials
 		endpoint string // "": AWS S3
 		want     string // the start of what the source says, or of the error
 		wantErr  bool
 		wantKey  string // the key it hands out, if any
 	}{
-		{name: "environment first", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "s",
+		{name: "environment first", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "env-secret",
 			"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "r", "AWS_SHARED_CREDENTIALS_FILE": file}, want: "AWS_ACCESS_KEY_ID", wantKey: "AKIDENV"},
 		{name: "key without secret", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV"}, want: "AWS_ACCESS_KEY_ID is set but", wantErr: true},
-		{name: "web identity before the file", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_ROLE_ARN": "r",
-			"AWS_ENDPOINT_URL_STS": sts.URL, "AWS_SHARED_CREDENTIALS_FILE": file}, want: "web identity token " + token + " for role r", wantKey: "AKIDSTS"},
+		{name: "a named file before web identity", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_ROLE_ARN": "r",
+			"AWS_ENDPOINT_URL_STS": sts.URL, "AWS_SHARED_CREDENTIALS_FILE": file}, want: "credentials file " + file, wantKey: "AKIDFILE"},
+		{name: "a named profile that is missing", env: map[string]string{"AWS_PROFILE": "training", "AWS_WEB_IDENTITY_TOKEN_FILE": token},
+			home: true, want: "credentials file", wantErr: true},
+		{name: "web identity before the default file", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_ROLE_ARN": "r",
+			"AWS_ENDPOINT_URL_STS": sts.URL}, home: true, want: "web identity token " + token + " for role r", wantKey: "AKIDSTS"},
 		{name: "web identity without a role", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token}, want: "AWS_WEB_IDENTITY_TOKEN_FILE is set but", wantErr: true},
 		{name: "web identity token missing", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token + ".missing", "AWS_ROLE_ARN": "r",
 			"AWS_ENDPOINT_URL_STS": sts.URL}, want: "keys from the web identity token", wantErr: true},
-		{name: "container endpoint before the file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": container.URL,
-			"AWS_SHARED_CREDENTIALS_FILE": file}, want: "container credentials endpoint", wantKey: "AKIDCONTAINER"},
+		{name: "container endpoint before the default file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": container.URL},
+			home: true, want: "container credentials endpoint", wantKey: "AKIDCONTAINER"},
+		{name: "the default file before the instance profile", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL},
+			home: true, want: "credentials file", wantKey: "AKIDFILE"},
 		{name: "container endpoint that does not answer", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:1/"},
 			want: "keys from the container credentials endpoint", wantErr: true},
 		{name: "file before the instance profile", env: map[string]string{"AWS_SHARED_CREDENTIALS_FILE": file,
@@ -293,7 +300,14 @@ func TestCredentialSources(t *testing.T) {
 					os.Unsetenv(k)
 				}
 			}
-			t.Setenv("HOME", t.TempDir()) // no ~/.aws/credentials
+			home := t.TempDir()
+			t.Setenv("HOME", home)
+			if tc.home {
+				os.Mkdir(filepath.Join(home, ".aws"), 0o700)
+				if err := os.Link(file, filepath.Join(home, ".aws", "credentials")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
@@ -301,7 +315,7 @@ func TestCredentialSources(t *testing.T) {
 			if tc.endpoint == "" && tc.env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] == "" {
 				t.Setenv("AWS_EC2_METADATA_DISABLED", "true") // this machine is no EC2 instance
 			}
-			src, err := f.credentials(t.Context())
+			src, err := f.credentials(t.Context(), "us-east-1")
 			if tc.wantErr {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 					t.Fatalf("err %v, want one starting %q", err, tc.want)
@@ -314,20 +328,66 @@ func TestCredentialSources(t *testing.T) {
 			if tc.wantKey == "" {
 				return
 			}
-			key := src.static.AccessKey
+			v := credentials.Value{AccessKeyID: src.static.AccessKey, SecretAccessKey: src.static.SecretKey}
 			if src.provider != nil {
-				v, err := src.provider.RetrieveWithCredContext(&credentials.CredContext{Client: http.DefaultClient})
-				if err != nil {
+				if v, err = src.provider.RetrieveWithCredContext(&credentials.CredContext{Client: http.DefaultClient}); err != nil {
 					t.Fatal(err)
 				}
-				key = v.AccessKeyID
 			}
-			if key != tc.wantKey {
-				t.Fatalf("key %q, want %q", key, tc.wantKey)
+			if v.AccessKeyID != tc.wantKey {
+				t.Fatalf("key %q, want %q", v.AccessKeyID, tc.wantKey)
 			}
-			if strings.Contains(src.what, "secret") {
-				t.Fatalf("the source's description holds a secret: %q", src.what)
+			if strings.Contains(src.what, v.SecretAccessKey) {
+				t.Fatalf("the source's description holds the secret: %q", src.what)
 			}
 		})
+	}
+}
+
+// TestFileCredentialsChange: a credentials file is read again once it
+// changed; a change that leaves it unusable (half written, the profile
+// gone) keeps the keys read last until the next change.
+func TestFileCredentialsChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "credentials")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path+".new", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &fileCredentials{path: path, profile: "default"}
+	key := func() string {
+		t.Helper()
+		if !p.IsExpired() {
+			return "(not expired)"
+		}
+		v, err := p.Retrieve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.AccessKeyID
+	}
+	write("[default]\naws_access_key_id = A\naws_secret_access_key = a\n")
+	if v, err := p.Retrieve(); err != nil || v.AccessKeyID != "A" {
+		t.Fatalf("first read: %q %v", v.AccessKeyID, err)
+	}
+	if p.IsExpired() {
+		t.Fatal("expired with no change")
+	}
+	for _, step := range []struct{ body, want string }{
+		{"[default]\naws_access_key_id = B\n", "A"}, // half written: the last keys
+		{"[default]\naws_access_key_id = B\naws_secret_access_key = b\n", "B"},
+		{"[other]\naws_access_key_id = C\naws_secret_access_key = c\n", "B"}, // the profile gone
+	} {
+		write(step.body)
+		p.mu.Lock()
+		p.checked = time.Time{} // as if fileCheckEvery had passed
+		p.mu.Unlock()
+		if got := key(); got != step.want {
+			t.Fatalf("after writing %q: key %q, want %q", step.body, got, step.want)
+		}
 	}
 }

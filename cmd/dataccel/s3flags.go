@@ -32,7 +32,7 @@ func (f *s3Flags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "S3 endpoint URL, http:// or https:// (default: AWS S3)")
 	fs.StringVar(&f.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
 	fs.StringVar(&f.pathStyle, "path-style", "auto", "path-style requests: auto (on for non-AWS endpoints), on, off")
-	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file, read again when it changes (default: $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials); AWS_ACCESS_KEY_ID and web identity or container credentials in the environment take precedence")
+	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file, read again when it changes (default: $AWS_SHARED_CREDENTIALS_FILE; else web identity or container credentials from the environment, then ~/.aws/credentials); AWS_ACCESS_KEY_ID in the environment takes precedence")
 	fs.StringVar(&f.profile, "profile", "", "profile in the credentials file (default: $AWS_PROFILE, else default)")
 	// Accepted only to refuse them with a clear message: a secret in argv is
 	// visible to every user through ps and /proc.
@@ -83,7 +83,7 @@ func (f *s3Flags) config(ctx context.Context, bucket string) (s3.Config, string,
 	default:
 		return s3.Config{}, "", usageError{fmt.Errorf("--path-style %q: want auto, on or off", f.pathStyle)}
 	}
-	src, err := f.credentials(ctx)
+	src, err := f.credentials(ctx, cfg.Region)
 	if err != nil {
 		return s3.Config{}, "", err
 	}

@@ -146,7 +146,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	}
 	req.Header.Set("User-Agent", "dataccel/1")
 	if g.creds != nil {
-		v, err := g.creds.GetWithContext(&credentials.CredContext{Client: g.http})
+		v, err := g.creds.GetWithContext(&credentials.CredContext{Client: g.http, Context: req.Context()})
 		if err != nil {
 			return nil, fmt.Errorf("credentials: %w", err)
 		}

@@ -115,7 +115,7 @@ func New(cfg Config) (*Store, error) {
 	anonymous := false
 	switch {
 	case cfg.Provider != nil:
-		creds = credentials.New(cfg.Provider)
+		creds = credentials.New(newRenewing(cfg.Provider))
 	case cfg.Credentials.AccessKey != "":
 		creds = credentials.NewStaticV4(cfg.Credentials.AccessKey, cfg.Credentials.SecretKey, cfg.Credentials.SessionToken)
 	default:

@@ -1,0 +1,75 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// fakeKeys is a Provider that hands out val or fails with err, counting
+// fetches; expired is what IsExpired says.
+type fakeKeys struct {
+	val     credentials.Value
+	err     error
+	fetches int
+}
+
+func (f *fakeKeys) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	f.fetches++
+	return f.val, f.err
+}
+func (f *fakeKeys) Retrieve() (credentials.Value, error) { return f.RetrieveWithCredContext(nil) }
+func (f *fakeKeys) IsExpired() bool                      { return true }
+
+// TestRenewing: after a failed fetch of keys, requests get the last keys
+// while they are valid (else the failure) without a fetch each, until
+// retryKeysAfter; a fetch the caller gave up on is no failure.
+func TestRenewing(t *testing.T) {
+	start := time.Now()
+	now := start
+	p := &fakeKeys{val: credentials.Value{AccessKeyID: "A1", SecretAccessKey: "s1", Expiration: start.Add(time.Minute)}}
+	r := newRenewing(p)
+	r.now = func() time.Time { return now }
+	get := func() (string, error) {
+		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
+		return v.AccessKeyID, err
+	}
+	if k, err := get(); k != "A1" || err != nil {
+		t.Fatalf("first keys %q %v", k, err)
+	}
+	p.err = errors.New("endpoint down")
+	for range 10 {
+		if k, err := get(); k != "A1" || err != nil {
+			t.Fatalf("while renewals fail, valid keys must serve: %q %v", k, err)
+		}
+	}
+	if p.fetches != 2 {
+		t.Fatalf("%d fetches, want 2: one failure holds the fetches off for %v", p.fetches, retryKeysAfter)
+	}
+	now = start.Add(retryKeysAfter + time.Second)
+	get()
+	if p.fetches != 3 {
+		t.Fatalf("%d fetches after %v, want 3", p.fetches, retryKeysAfter)
+	}
+	now = start.Add(2 * time.Minute) // the last keys expired
+	now = now.Add(retryKeysAfter)
+	if _, err := get(); err == nil {
+		t.Fatal("expired keys served while renewals fail")
+	}
+	if _, err := get(); err == nil || p.fetches != 4 {
+		t.Fatalf("err %v after %d fetches; want the failure again, without a fetch", err, p.fetches)
+	}
+	// A caller that gave up: the failure is not remembered.
+	now = now.Add(retryKeysAfter)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.RetrieveWithCredContext(&credentials.CredContext{Context: ctx})
+	p.err = nil
+	p.val.Expiration = now.Add(time.Hour)
+	if k, err := get(); k != "A1" || err != nil || p.fetches != 6 {
+		t.Fatalf("after a cancelled fetch: %q %v, %d fetches; want a fetch at once", k, err, p.fetches)
+	}
+}
