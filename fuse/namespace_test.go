@@ -339,3 +339,37 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 		t.Fatalf("%d LISTs after d/ was used again, want 3", n)
 	}
 }
+
+// TestRelistUnchanged: a relisting that finds the directory as it was
+// leaves the generation alone (the manifest is not saved again for it);
+// one that finds a change moves it.
+func TestRelistUnchanged(t *testing.T) {
+	objs := map[string][]byte{"d/a": []byte("1")}
+	st := store.NewCounting(memStore{objs: objs})
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+	if _, err := ns.list(t.Context(), "d/"); err != nil {
+		t.Fatal(err)
+	}
+	gen := ns.generation()
+	relist := func() {
+		t.Helper()
+		if err := ns.refresh(t.Context(), []string{"d/"}, 1, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relist()
+	if g := ns.generation(); g != gen || st.C.Lists.Load() != 2 {
+		t.Fatalf("generation %d after an unchanged relisting (%d LISTs), want %d", g, st.C.Lists.Load(), gen)
+	}
+	objs["d/a"] = []byte("22") // another size: another version
+	relist()
+	if g := ns.generation(); g == gen {
+		t.Fatal("generation unchanged after a relisting that found a new version")
+	}
+	gen = ns.generation()
+	objs["d/b"] = nil
+	relist()
+	if g := ns.generation(); g == gen {
+		t.Fatal("generation unchanged after a relisting that found a new file")
+	}
+}
