@@ -13,6 +13,7 @@
 package webhook
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -87,6 +88,7 @@ type Config struct {
 	Endpoint        string            // default S3 endpoint; "" means AWS S3
 	Region          string            // default S3 region; "" leaves the binary's default
 	Secret          string            // default credentials Secret name
+	Credentials     string            // default AnnotationCredentials: "secret" (when empty) or "pod"
 	CacheHostPath   string            // node-local NVMe directory; one subdirectory per bucket/prefix
 	CacheSize       string            // default NVMe cache bound
 	RAMCacheSize    string            // default RAM cache bound
@@ -123,6 +125,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Secret == "" {
 		c.Secret = DefaultSecret
+	}
+	if c.Credentials == "" {
+		c.Credentials = "secret"
 	}
 	if c.CacheHostPath == "" {
 		c.CacheHostPath = DefaultCacheHostPath
@@ -173,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if c.Region != "" && !regionRE.MatchString(c.Region) {
 		return fmt.Errorf("region %q: %s", c.Region, regionWant)
+	}
+	if c.Credentials != "" && c.Credentials != "secret" && c.Credentials != "pod" {
+		return fmt.Errorf("credentials %q: want secret or pod", c.Credentials)
 	}
 	// The defaults go through the same checks as annotations.
 	_, err := c.settings(map[string]string{AnnotationBucket: "placeholder-bucket"})
@@ -263,7 +271,7 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	if s.region != "" && !regionRE.MatchString(s.region) {
 		return s, &AnnotationError{AnnotationRegion, s.region, regionWant}
 	}
-	switch creds := valueOr(ann, AnnotationCredentials, "secret"); creds {
+	switch creds := valueOr(ann, AnnotationCredentials, cmp.Or(c.Credentials, "secret")); creds {
 	case "secret":
 	case "pod":
 		s.podIdentity, s.secret = true, ""

@@ -523,6 +523,8 @@ func TestConfigValidate(t *testing.T) {
 		{"region that is a flag", func(c *webhook.Config) { c.Region = "--endpoint=x" }, false},
 		{"region with a space", func(c *webhook.Config) { c.Region = "us east" }, false},
 		{"another store's region", func(c *webhook.Config) { c.Region = "US.East_1" }, true},
+		{"credentials from the pod", func(c *webhook.Config) { c.Credentials = "pod" }, true},
+		{"credentials from elsewhere", func(c *webhook.Config) { c.Credentials = "vault" }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -668,19 +670,25 @@ func TestPodIdentity(t *testing.T) {
   - name: eks-pod-identity-token
     projected: {sources: [{serviceAccountToken: {audience: pods.eks.amazonaws.com, expirationSeconds: 86400, path: eks-pod-identity-token}}]}
 `, 1)
+	irsaEnv := []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS", "AWS_REGION"}
+	secretEnv := []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 	tests := []struct {
-		name, pod  string
-		wantEnv    []string // names, in order, GOMEMLIMIT aside
-		wantMounts []string // beyond the data and cache volumes
+		name, cfgCreds, pod string   // cfgCreds: the webhook's --credentials
+		wantEnv             []string // names, in order, GOMEMLIMIT aside
+		wantMounts          []string // beyond the data and cache volumes
 	}{
-		{"the Secret by default", irsa, []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, nil},
-		{"IRSA", annotate(t, irsa, webhook.AnnotationCredentials, "pod"), []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS", "AWS_REGION"}, []string{"aws-iam-token"}},
-		{"Pod Identity", annotate(t, podIdentity, webhook.AnnotationCredentials, "pod"), []string{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}, []string{"eks-pod-identity-token"}},
-		{"no identity: the node's", podWith(t, webhook.AnnotationCredentials, "pod"), nil, nil},
+		{"the Secret by default", "", irsa, secretEnv, nil},
+		{"IRSA", "", annotate(t, irsa, webhook.AnnotationCredentials, "pod"), irsaEnv, []string{"aws-iam-token"}},
+		{"Pod Identity", "", annotate(t, podIdentity, webhook.AnnotationCredentials, "pod"), []string{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}, []string{"eks-pod-identity-token"}},
+		{"no identity: the node's", "", podWith(t, webhook.AnnotationCredentials, "pod"), nil, nil},
+		{"the webhook's default", "pod", irsa, irsaEnv, []string{"aws-iam-token"}},
+		{"a pod choosing the Secret over the default", "pod", annotate(t, irsa, webhook.AnnotationCredentials, "secret"), secretEnv, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, s := injected(t, testConfig, tt.pod)
+			cfg := testConfig
+			cfg.Credentials = tt.cfgCreds
+			_, s := injected(t, cfg, tt.pod)
 			var env, mounts []string
 			for _, e := range s.Env {
 				if e.Name == "GOMEMLIMIT" {

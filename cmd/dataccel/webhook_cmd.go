@@ -53,6 +53,7 @@ The certificate files are re-read when they change (rotation needs no restart).`
 	fl.String("endpoint", "", "default S3 endpoint URL for sidecars (empty: AWS S3); a pod may override it with "+webhook.AnnotationEndpoint)
 	fl.String("region", "", "default S3 region of sidecars; a pod may set its own with "+webhook.AnnotationRegion+" (empty: the binary's default)")
 	fl.String("secret", webhook.DefaultSecret, "default Secret (in the pod's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; a pod may override it with "+webhook.AnnotationSecret)
+	fl.String("credentials", "secret", "where sidecars' keys come from by default: secret (the Secret above) or pod (the pod's IRSA or EKS Pod Identity, else the node's instance profile); a pod may choose with "+webhook.AnnotationCredentials)
 	fl.String("cache-host-path", webhook.DefaultCacheHostPath, "node-local NVMe directory for caches (one subdirectory per bucket/prefix)")
 	fl.String("cache-size", webhook.DefaultCacheSize, "default NVMe cache size per pod ("+webhook.AnnotationCacheSize+" overrides)")
 	fl.String("ram-cache-size", webhook.DefaultRAMCacheSize, "default RAM cache size per pod ("+webhook.AnnotationRAMCacheSize+" overrides); sizes the sidecar's memory")
@@ -78,6 +79,7 @@ func webhookConfigFromFlags(fl *pflag.FlagSet) (webhook.Config, error) {
 		Endpoint:        str("endpoint"),
 		Region:          str("region"),
 		Secret:          str("secret"),
+		Credentials:     str("credentials"),
 		CacheHostPath:   str("cache-host-path"),
 		CacheSize:       str("cache-size"),
 		RAMCacheSize:    str("ram-cache-size"),
