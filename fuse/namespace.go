@@ -97,6 +97,9 @@ func (ns *namespace) fresh(l *listing, now time.Time) bool {
 // fetching; otherwise nil.
 func (ns *namespace) cached(dir string) *listing {
 	if l := ns.held(dir); l != nil && ns.fresh(l, ns.now()) {
+		if !l.used.Load() {
+			l.used.Store(true)
+		}
 		return l
 	}
 	return nil
@@ -200,10 +203,12 @@ func (ns *namespace) keepFresh() {
 func (ns *namespace) relistDue(ctx context.Context) {
 	now := ns.now()
 	var due []string
+	found := map[string]*listing{}
 	ns.mu.Lock()
 	for dir, l := range ns.dirs {
 		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && l.used.Load() && !ns.relisting[dir] {
 			due = append(due, dir)
+			found[dir] = l
 		}
 	}
 	ns.mu.Unlock()
@@ -220,7 +225,12 @@ func (ns *namespace) relistDue(ctx context.Context) {
 			// Marked as it starts, not while it waits its turn: a listing
 			// serves past its expiry only for the time of its own LIST.
 			ns.mu.Lock()
-			if l := ns.dirs[dir]; l != nil && ns.fresh(l, ns.now()) {
+			l := ns.dirs[dir]
+			if l != found[dir] {
+				ns.mu.Unlock()
+				return nil // listed again meanwhile (a lookup after it expired)
+			}
+			if ns.fresh(l, ns.now()) {
 				ns.relisting[dir] = true
 			}
 			ns.mu.Unlock()

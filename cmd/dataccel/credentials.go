@@ -111,12 +111,15 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 }
 
 // fileSource reads a profile of a credentials file (path "": ~/.aws/credentials;
-// profile "": default). A missing file is an error when named, else no
-// source (a credSource without keys).
+// profile "": default). A missing or unusable file is an error when named,
+// else no source (a credSource without keys).
 func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, error) {
 	if path == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
+			if named {
+				return credSource{}, fmt.Errorf("credentials file for profile %q: %w", profile, err)
+			}
 			return credSource{}, nil
 		}
 		path = filepath.Join(home, ".aws", "credentials")
@@ -126,7 +129,9 @@ func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, erro
 	}
 	p := &fileCredentials{path: path, profile: profile}
 	if _, err := p.Retrieve(); err != nil {
-		if errors.Is(err, os.ErrNotExist) && !named {
+		if !named {
+			// ~/.aws/credentials without a usable default profile (only
+			// named ones, say): the sources after it, as the SDKs do.
 			return credSource{}, nil
 		}
 		return credSource{}, err

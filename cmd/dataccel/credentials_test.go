@@ -260,6 +260,7 @@ func TestCredentialSources(t *testing.T) {
 		name     string
 		env      map[string]string
 		home     bool   // a ~/.aws/credentials
+		homeBody string // its content, if not the shared file's
 		endpoint string // "": AWS S3
 		want     string // the start of what the source says, or of the error
 		wantErr  bool
@@ -279,6 +280,8 @@ func TestCredentialSources(t *testing.T) {
 			"AWS_ENDPOINT_URL_STS": sts.URL}, want: "keys from the web identity token", wantErr: true},
 		{name: "container endpoint before the default file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": container.URL},
 			home: true, want: "container credentials endpoint", wantKey: "AKIDCONTAINER"},
+		{name: "a default file without the default profile", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL},
+			home: true, homeBody: "[training]\naws_access_key_id = AKIDT\naws_secret_access_key = t\n", want: "EC2 instance profile", wantKey: "AKIDIMDS"},
 		{name: "the default file before the instance profile", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL},
 			home: true, want: "credentials file", wantKey: "AKIDFILE"},
 		{name: "container endpoint that does not answer", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:1/"},
@@ -304,7 +307,13 @@ func TestCredentialSources(t *testing.T) {
 			t.Setenv("HOME", home)
 			if tc.home {
 				os.Mkdir(filepath.Join(home, ".aws"), 0o700)
-				if err := os.Link(file, filepath.Join(home, ".aws", "credentials")); err != nil {
+				var err error
+				if tc.homeBody != "" {
+					err = os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(tc.homeBody), 0o600)
+				} else {
+					err = os.Link(file, filepath.Join(home, ".aws", "credentials"))
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 			}

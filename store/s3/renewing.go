@@ -1,6 +1,8 @@
 package s3
 
 import (
+	"cmp"
+	"context"
 	"sync"
 	"time"
 
@@ -8,15 +10,25 @@ import (
 )
 
 // retryKeysAfter is how long after a failed fetch of keys the next one
-// waits: requests meanwhile get the last keys while they are valid, or the
+// waits, doubling with each failure in a row up to maxRetryKeysAfter:
+// requests meanwhile get the last keys while they are valid, or the
 // failure at once.
-const retryKeysAfter = 5 * time.Second
+const (
+	retryKeysAfter    = 5 * time.Second
+	maxRetryKeysAfter = time.Minute
+)
+
+// fetchWhileValid bounds a renewal while the last keys are still valid:
+// minio-go fetches under its lock, so every request waits on the fetch,
+// and a hung source must not stall them while keys exist.
+const fetchWhileValid = time.Second
 
 // renewing wraps a Provider of keys that expire. minio-go's Credentials
 // fetches under its lock and, after a failure, again for every request
 // that waits: with a hung endpoint each waiting request would pay a whole
-// fetch timeout in turn. Here a failure is remembered for retryKeysAfter,
-// and keys that have not expired yet keep serving while a renewal fails.
+// fetch timeout in turn. Here a failure is remembered (retryKeysAfter,
+// doubling), a renewal while the last keys are valid gets fetchWhileValid,
+// and those keys keep serving while renewals fail.
 type renewing struct {
 	p   credentials.Provider
 	now func() time.Time
@@ -25,6 +37,7 @@ type renewing struct {
 	last     credentials.Value // guarded by mu; the last keys fetched
 	err      error             // guarded by mu; the last fetch's failure, or nil
 	failedAt time.Time         // guarded by mu
+	failures int               // guarded by mu; in a row
 }
 
 func newRenewing(p credentials.Provider) *renewing { return &renewing{p: p, now: time.Now} }
@@ -32,25 +45,41 @@ func newRenewing(p credentials.Provider) *renewing { return &renewing{p: p, now:
 func (r *renewing) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil && r.now().Sub(r.failedAt) < retryKeysAfter {
+	if r.err != nil && r.now().Sub(r.failedAt) < min(retryKeysAfter<<(r.failures-1), maxRetryKeysAfter) {
 		return r.fallback()
 	}
-	v, err := r.p.RetrieveWithCredContext(cc)
+	var caller context.Context
+	fetch := credentials.CredContext{}
+	if cc != nil {
+		fetch, caller = *cc, cc.Context
+	}
+	if r.valid() {
+		ctx, cancel := context.WithTimeout(cmp.Or(caller, context.Background()), fetchWhileValid)
+		defer cancel()
+		fetch.Context = ctx
+	}
+	v, err := r.p.RetrieveWithCredContext(&fetch)
 	if err == nil {
-		r.last, r.err = v, nil
+		r.last, r.err, r.failures = v, nil, 0
 		return v, nil
 	}
-	if cc != nil && cc.Context != nil && cc.Context.Err() != nil {
+	if caller != nil && caller.Err() != nil {
 		return credentials.Value{}, err // the caller gave up: no failure of the source
 	}
 	r.err, r.failedAt = err, r.now()
+	r.failures = min(r.failures+1, 8)
 	return r.fallback()
+}
+
+// valid says whether the last keys have not expired. Called with r.mu held.
+func (r *renewing) valid() bool {
+	return r.last.AccessKeyID != "" && (r.last.Expiration.IsZero() || r.now().Before(r.last.Expiration))
 }
 
 // fallback returns the last keys while they are valid, else the failure.
 // Called with r.mu held.
 func (r *renewing) fallback() (credentials.Value, error) {
-	if r.last.AccessKeyID != "" && (r.last.Expiration.IsZero() || r.now().Before(r.last.Expiration)) {
+	if r.valid() {
 		return r.last, nil
 	}
 	return credentials.Value{}, r.err

@@ -12,13 +12,18 @@ import (
 // fakeKeys is a Provider that hands out val or fails with err, counting
 // fetches; expired is what IsExpired says.
 type fakeKeys struct {
-	val     credentials.Value
-	err     error
-	fetches int
+	val      credentials.Value
+	err      error
+	fetches  int
+	deadline time.Duration // the last fetch's time to its deadline (0: none)
 }
 
-func (f *fakeKeys) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+func (f *fakeKeys) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
 	f.fetches++
+	f.deadline = 0
+	if d, ok := cc.Context.Deadline(); ok {
+		f.deadline = time.Until(d)
+	}
 	return f.val, f.err
 }
 func (f *fakeKeys) Retrieve() (credentials.Value, error) { return f.RetrieveWithCredContext(nil) }
@@ -37,8 +42,8 @@ func TestRenewing(t *testing.T) {
 		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
 		return v.AccessKeyID, err
 	}
-	if k, err := get(); k != "A1" || err != nil {
-		t.Fatalf("first keys %q %v", k, err)
+	if k, err := get(); k != "A1" || err != nil || p.deadline != 0 {
+		t.Fatalf("first keys %q %v (deadline %v: want none but the caller's)", k, err, p.deadline)
 	}
 	p.err = errors.New("endpoint down")
 	for range 10 {
@@ -49,21 +54,28 @@ func TestRenewing(t *testing.T) {
 	if p.fetches != 2 {
 		t.Fatalf("%d fetches, want 2: one failure holds the fetches off for %v", p.fetches, retryKeysAfter)
 	}
+	if p.deadline <= 0 || p.deadline > fetchWhileValid {
+		t.Fatalf("a renewal while the keys are valid had %v to its deadline, want at most %v", p.deadline, fetchWhileValid)
+	}
 	now = start.Add(retryKeysAfter + time.Second)
 	get()
 	if p.fetches != 3 {
 		t.Fatalf("%d fetches after %v, want 3", p.fetches, retryKeysAfter)
 	}
+	now = now.Add(retryKeysAfter + time.Second) // the wait doubled after the second failure
+	get()
+	if p.fetches != 3 {
+		t.Fatalf("%d fetches %v after the second failure, want 3 (the wait doubles)", p.fetches, retryKeysAfter+time.Second)
+	}
 	now = start.Add(2 * time.Minute) // the last keys expired
-	now = now.Add(retryKeysAfter)
-	if _, err := get(); err == nil {
-		t.Fatal("expired keys served while renewals fail")
+	if _, err := get(); err == nil || p.deadline != 0 {
+		t.Fatalf("expired keys served while renewals fail (err %v), or their fetch cut short (%v)", err, p.deadline)
 	}
 	if _, err := get(); err == nil || p.fetches != 4 {
 		t.Fatalf("err %v after %d fetches; want the failure again, without a fetch", err, p.fetches)
 	}
 	// A caller that gave up: the failure is not remembered.
-	now = now.Add(retryKeysAfter)
+	now = now.Add(maxRetryKeysAfter)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r.RetrieveWithCredContext(&credentials.CredContext{Context: ctx})
