@@ -40,6 +40,14 @@ type listing struct {
 	used atomic.Bool
 }
 
+// use marks l used and returns it.
+func (l *listing) use() *listing {
+	if !l.used.Load() { // a load, not a store, on every lookup
+		l.used.Store(true)
+	}
+	return l
+}
+
 // lookUp returns l's entry for name; a name in bytes makes no string.
 func lookUp[N string | []byte](l *listing, name N) (entry, bool) {
 	i, ok := l.index[string(name)]
@@ -97,10 +105,7 @@ func (ns *namespace) fresh(l *listing, now time.Time) bool {
 // fetching; otherwise nil.
 func (ns *namespace) cached(dir string) *listing {
 	if l := ns.held(dir); l != nil && ns.fresh(l, ns.now()) {
-		if !l.used.Load() {
-			l.used.Store(true)
-		}
-		return l
+		return l.use()
 	}
 	return nil
 }
@@ -114,10 +119,7 @@ func (ns *namespace) serving(dir string) *listing {
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
 	if l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir]) {
-		if !l.used.Load() {
-			l.used.Store(true)
-		}
-		return l
+		return l.use()
 	}
 	return nil
 }
@@ -135,9 +137,7 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 		if r.Err != nil {
 			return nil, r.Err
 		}
-		l := r.Val.(*listing)
-		l.used.Store(true)
-		return l, nil
+		return r.Val.(*listing).use(), nil
 	}
 }
 

@@ -31,8 +31,8 @@ type credSource struct {
 // it, and a hung endpoint must not hang them.
 const credentialFetchTimeout = 10 * time.Second
 
-// imdsProbeTimeout bounds the check, with nothing else configured, of
-// whether an EC2 instance profile is there: off EC2 the address does not
+// imdsProbeTimeout bounds the first fetch from the instance metadata
+// service, with nothing else configured: off EC2 the address does not
 // answer.
 const imdsProbeTimeout = time.Second
 
@@ -76,7 +76,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 		if role == "" {
 			return credSource{}, errors.New("AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not")
 		}
-		p := &credentials.IAM{Client: client, Region: region}
+		p := &credentials.IAM{Client: client}
 		p.EKSIdentity.TokenFile, p.EKSIdentity.RoleARN = file, role
 		// The bucket's regional STS (reachable through a VPC endpoint
 		// where the global one is not), or the SDKs' override.
@@ -98,13 +98,11 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 	}
 	imds := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
 	if (f.endpoint == "" || imds != "") && os.Getenv("AWS_EC2_METADATA_DISABLED") != "true" {
-		p := &credentials.IAM{Client: client, Endpoint: imds}
-		probe := &credentials.IAM{Client: &http.Client{Timeout: imdsProbeTimeout}, Endpoint: imds}
 		pctx, cancel := context.WithTimeout(ctx, imdsProbeTimeout)
-		_, err := probe.RetrieveWithCredContext(&credentials.CredContext{Client: probe.Client, Context: pctx})
+		src, err := firstKeys(pctx, &credentials.IAM{Client: client, Endpoint: imds}, client, "EC2 instance profile")
 		cancel()
 		if err == nil {
-			return credSource{provider: p, what: "EC2 instance profile"}, nil
+			return src, nil
 		}
 	}
 	return credSource{what: "anonymous: no AWS_ACCESS_KEY_ID, web identity, container endpoint, credentials file or instance profile"}, nil
@@ -141,13 +139,32 @@ func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, erro
 
 // firstKeys fetches p's first keys, so that a source set up wrong (a token
 // file missing, STS or the endpoint refusing) fails the command at start
-// with its name, not as an unreachable bucket.
+// with its name, not as an unreachable bucket. The store's first request
+// gets these keys, not a second fetch.
 func firstKeys(ctx context.Context, p credentials.Provider, client *http.Client, what string) (credSource, error) {
-	if _, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: client, Context: ctx}); err != nil {
+	v, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: client, Context: ctx})
+	if err != nil {
 		return credSource{}, fmt.Errorf("keys from the %s: %w", what, err)
 	}
-	return credSource{provider: p, what: what}, nil
+	return credSource{provider: &primed{Provider: p, first: &v}, what: what}, nil
 }
+
+// primed hands out keys fetched already once, then its Provider's. Its
+// callers take turns (minio-go's Credentials calls it under a lock).
+type primed struct {
+	credentials.Provider
+	first *credentials.Value
+}
+
+func (p *primed) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
+	if v := p.first; v != nil {
+		p.first = nil
+		return *v, nil
+	}
+	return p.Provider.RetrieveWithCredContext(cc)
+}
+
+func (p *primed) Retrieve() (credentials.Value, error) { return p.RetrieveWithCredContext(nil) }
 
 // fileCheckEvery is how often a credentials file is checked for a change.
 const fileCheckEvery = time.Second

@@ -237,11 +237,14 @@ func TestCredentialSources(t *testing.T) {
 	keys := func(key string) map[string]string {
 		return map[string]string{"AccessKeyId": key, "SecretAccessKey": "container-secret", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
 	}
+	var containerFetches, stsFetches atomic.Int64
 	container := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		containerFetches.Add(1)
 		json.NewEncoder(w).Encode(keys("AKIDCONTAINER"))
 	}))
 	t.Cleanup(container.Close)
 	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stsFetches.Add(1)
 		fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
 <AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>AKIDSTS</AccessKeyId><SecretAccessKey>sts-secret</SecretAccessKey>
 <Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
@@ -264,7 +267,8 @@ func TestCredentialSources(t *testing.T) {
 		endpoint string // "": AWS S3
 		want     string // the start of what the source says, or of the error
 		wantErr  bool
-		wantKey  string // the key it hands out, if any
+		wantKey  string        // the key it hands out, if any
+		fetches  *atomic.Int64 // the source's fetches: one for the check at start and the first request
 	}{
 		{name: "environment first", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "env-secret",
 			"AWS_WEB_IDENTITY_TOKEN_FILE": "/t", "AWS_ROLE_ARN": "r", "AWS_SHARED_CREDENTIALS_FILE": file}, want: "AWS_ACCESS_KEY_ID", wantKey: "AKIDENV"},
@@ -274,12 +278,12 @@ func TestCredentialSources(t *testing.T) {
 		{name: "a named profile that is missing", env: map[string]string{"AWS_PROFILE": "training", "AWS_WEB_IDENTITY_TOKEN_FILE": token},
 			home: true, want: "credentials file", wantErr: true},
 		{name: "web identity before the default file", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_ROLE_ARN": "r",
-			"AWS_ENDPOINT_URL_STS": sts.URL}, home: true, want: "web identity token " + token + " for role r", wantKey: "AKIDSTS"},
+			"AWS_ENDPOINT_URL_STS": sts.URL}, home: true, want: "web identity token " + token + " for role r", wantKey: "AKIDSTS", fetches: &stsFetches},
 		{name: "web identity without a role", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token}, want: "AWS_WEB_IDENTITY_TOKEN_FILE is set but", wantErr: true},
 		{name: "web identity token missing", env: map[string]string{"AWS_WEB_IDENTITY_TOKEN_FILE": token + ".missing", "AWS_ROLE_ARN": "r",
 			"AWS_ENDPOINT_URL_STS": sts.URL}, want: "keys from the web identity token", wantErr: true},
 		{name: "container endpoint before the default file", env: map[string]string{"AWS_CONTAINER_CREDENTIALS_FULL_URI": container.URL},
-			home: true, want: "container credentials endpoint", wantKey: "AKIDCONTAINER"},
+			home: true, want: "container credentials endpoint", wantKey: "AKIDCONTAINER", fetches: &containerFetches},
 		{name: "a default file without the default profile", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL},
 			home: true, homeBody: "[training]\naws_access_key_id = AKIDT\naws_secret_access_key = t\n", want: "EC2 instance profile", wantKey: "AKIDIMDS"},
 		{name: "the default file before the instance profile", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL},
@@ -324,6 +328,9 @@ func TestCredentialSources(t *testing.T) {
 			if tc.endpoint == "" && tc.env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] == "" {
 				t.Setenv("AWS_EC2_METADATA_DISABLED", "true") // this machine is no EC2 instance
 			}
+			if tc.fetches != nil {
+				tc.fetches.Store(0)
+			}
 			src, err := f.credentials(t.Context(), "us-east-1")
 			if tc.wantErr {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
@@ -345,6 +352,9 @@ func TestCredentialSources(t *testing.T) {
 			}
 			if v.AccessKeyID != tc.wantKey {
 				t.Fatalf("key %q, want %q", v.AccessKeyID, tc.wantKey)
+			}
+			if tc.fetches != nil && tc.fetches.Load() != 1 {
+				t.Fatalf("%d fetches of keys for the start's check and the first request, want 1", tc.fetches.Load())
 			}
 			if strings.Contains(src.what, v.SecretAccessKey) {
 				t.Fatalf("the source's description holds the secret: %q", src.what)

@@ -10,7 +10,7 @@ import (
 )
 
 // fakeKeys is a Provider that hands out val or fails with err, counting
-// fetches; expired is what IsExpired says.
+// fetches; it always says its keys expired.
 type fakeKeys struct {
 	val      credentials.Value
 	err      error
