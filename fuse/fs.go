@@ -337,6 +337,10 @@ type fileNode struct {
 	r  Reader // guarded by mu: the reader of the latest pass over the file
 
 	opens nodeOpens // on a mount that answers OPEN (passthrough)
+
+	// drops counts refused writes whose pages are still to be dropped
+	// (dropWritten); the goroutine that drops them runs while it is > 0.
+	drops atomic.Int64
 }
 
 var (
@@ -372,7 +376,36 @@ func (n *fileNode) Flush(ctx context.Context, _ gofs.FileHandle) syscall.Errno {
 // Write is refused: with opens answered by the kernel alone, a file opened
 // for writing learns it here.
 func (n *fileNode) Write(ctx context.Context, _ gofs.FileHandle, _ []byte, _ int64) (uint32, syscall.Errno) {
+	n.dropWritten()
 	return 0, syscall.EROFS
+}
+
+// dropWritten drops the file's pages from the kernel's page cache after a
+// refused write. A write(2) leaves none behind, but a write through a
+// shared mapping (root may open any file for writing: opens reach no one)
+// changes the cached pages themselves, which every reader of the file
+// shares; its write back is the first this process hears of it. Left
+// there, those bytes, which no one stored, would serve for the mount's
+// life. The drop waits for this WRITE's answer (the kernel ends the write
+// back with it), so it runs on a goroutine of its own: one per file at
+// most, going round again while writes keep coming.
+func (n *fileNode) dropWritten() {
+	if n.drops.Add(1) > 1 {
+		return
+	}
+	n.fsys.log.Warn("a write to a file of the read-only mount was refused; its cached pages are dropped so that readers get the object's bytes",
+		"key", n.obj.Key)
+	go func() {
+		for {
+			want := n.drops.Load()
+			if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+				n.fsys.log.Warn("dropping the pages of a refused write", "key", n.obj.Key, "errno", errno.Error())
+			}
+			if n.drops.Add(-want) == 0 {
+				return
+			}
+		}
+	}()
 }
 
 // reader returns the reader for a read at off. A read from offset 0 starts
@@ -442,6 +475,7 @@ func (f *FS) fail(op, what string, err error) syscall.Errno {
 
 // Writev is refused like Write.
 func (n *fileNode) Writev(ctx context.Context, _ gofs.FileHandle, _ [][]byte, _ int64) (uint32, syscall.Errno) {
+	n.dropWritten()
 	return 0, syscall.EROFS
 }
 

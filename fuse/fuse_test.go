@@ -383,6 +383,67 @@ func TestErrnos(t *testing.T) {
 	}
 }
 
+// TestSharedMappingWrite: once opens need no message, root can open a file
+// for writing and write to it through a shared mapping. The kernel refuses
+// nothing there: the bytes go into the page cache every reader of the file
+// shares, and the mount hears of them only when they are written back
+// (at msync or fsync, at close, or within about 30 s). Refused then, the
+// pages must be dropped, so that readers get the object's bytes again and
+// not, for the mount's life, bytes nobody stored.
+func TestSharedMappingWrite(t *testing.T) {
+	st := srv.NewBucket(t)
+	orig := bytes.Repeat([]byte("0123456789abcdef"), 1024)
+	for _, name := range []string{"fsync", "close"} {
+		testenv.Put(t, st, "d/"+name, orig)
+	}
+	mnt := mountT(t, st, "", time.Hour)
+	for _, tc := range []struct {
+		name string
+		sync bool // the writer syncs; else it only unmaps and closes
+	}{{"fsync", true}, {"close", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(mnt, "d", tc.name)
+			if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, orig) {
+				t.Fatalf("first read: %d bytes, %v", len(b), err)
+			}
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				if errors.Is(err, syscall.EROFS) {
+					return // refused at open: nothing reaches the page cache
+				}
+				t.Fatal(err)
+			}
+			m, err := syscall.Mmap(int(f.Fd()), 0, len(orig), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+			if err != nil {
+				f.Close()
+				t.Fatalf("mmap: %v", err)
+			}
+			copy(m, "CORRUPTED")
+			if err := syscall.Munmap(m); err != nil {
+				t.Fatal(err)
+			}
+			if tc.sync {
+				if err := f.Sync(); err == nil {
+					t.Errorf("fsync of a write to a read-only file succeeded")
+				}
+			}
+			f.Close()
+			// The pages are dropped after the refusal's answer, not in it
+			// (the kernel waits for that answer to end the writeback).
+			var got []byte
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if got, err = os.ReadFile(p); err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Equal(got, orig) {
+					return
+				}
+			}
+			t.Fatalf("10 s after the refused write back, a read returns %q...: bytes nobody stored", got[:12])
+		})
+	}
+}
+
 // openWrite opens p for writing and writes: opens cost no round trip to
 // the filesystem once the kernel knows it (FUSE_NO_OPEN_SUPPORT), so the
 // refusal may come at open or at the first write.
