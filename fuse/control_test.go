@@ -298,7 +298,7 @@ func TestManifestLoad(t *testing.T) {
 	if n := walk(m1.Dir); n != len(want) {
 		t.Fatalf("%d files, want %d", n, len(want))
 	}
-	seq, gen := m1.FS.Snapshot()
+	seq, gen, _ := m1.FS.Snapshot()
 	dirs := slices.Collect(seq)
 	if want := int64(len(dirs)); first.C.Lists.Load() != want || gen != uint64(want) {
 		t.Fatalf("first mount: %d LISTs, generation %d, for %d directories; want one each", first.C.Lists.Load(), gen, want)

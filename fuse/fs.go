@@ -73,8 +73,13 @@ type Config struct {
 	// Control, when set, serves the control directory (.dataccel/).
 	Control Control
 	// Preload: directory listings saved by an earlier mount (a manifest),
-	// installed before the mount serves.
-	Preload []store.ManifestDir
+	// installed before the mount serves. PreloadListed is when they were
+	// listed (no later than the manifest says): they are trusted for
+	// MetadataTTL from then, not from the remount, so that a manifest saved
+	// days ago is listed again instead of trusted for another TTL. Zero
+	// means now.
+	Preload       []store.ManifestDir
+	PreloadListed time.Time
 	// ListAhead is how many LISTs at a time list the subdirectories ahead
 	// of a walker once it has listed two of one directory; 0 turns it off.
 	ListAhead int
@@ -178,13 +183,19 @@ func (f *FS) Files(dir string) []store.Object { return f.ns.files(dir) }
 func (f *FS) Dirs(dir string) []string { return f.ns.subdirs(dir) }
 
 // Restore installs directory listings saved by an earlier mount (a
-// manifest): afterwards, stat, readdir and open in those directories cost
-// no request until the metadata TTL passes.
-func (f *FS) Restore(dirs []store.ManifestDir) { f.ns.restore(f.cfg.Prefix, dirs) }
+// manifest), listed at listed (zero: now): afterwards, stat, readdir and
+// open in those directories cost no request until the metadata TTL passes
+// from then.
+func (f *FS) Restore(dirs []store.ManifestDir, listed time.Time) {
+	f.ns.restore(f.cfg.Prefix, dirs, listed)
+}
 
-// Snapshot returns the directory listings the mount holds (for a manifest)
-// and a generation number that changes whenever a listing is made.
-func (f *FS) Snapshot() (iter.Seq[store.ManifestDir], uint64) { return f.ns.snapshot() }
+// Snapshot returns the directory listings the mount holds (for a
+// manifest), a generation number that changes whenever a listing is made,
+// and when the oldest of them was listed (zero when none is held).
+func (f *FS) Snapshot() (dirs iter.Seq[store.ManifestDir], gen uint64, listed time.Time) {
+	return f.ns.snapshot()
+}
 
 // Generation is the number Snapshot would return, without the copy.
 func (f *FS) Generation() uint64 { return f.ns.generation() }

@@ -67,7 +67,7 @@ func FuzzKeyToPath(f *testing.F) {
 			{Dir: "", Subdirs: []string{k1, k2}, Files: []store.Object{{Key: k1, Size: 1}, {Key: k2, Size: 2}}},
 			{Dir: k1, Files: []store.Object{{Key: k1 + k2, Size: 3}}},
 			{Dir: k2 + "/", Subdirs: []string{k1}, Files: []store.Object{{Key: k2 + "/" + k1, Size: 3}}},
-		})
+		}, time.Time{})
 		ns.mu.Lock()
 		defer ns.mu.Unlock()
 		for dir, l := range ns.dirs {

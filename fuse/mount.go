@@ -181,7 +181,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 	}
 	fsys := newFS(cfg)
 	if cfg.Preload != nil {
-		fsys.Restore(cfg.Preload)
+		fsys.Restore(cfg.Preload, cfg.PreloadListed)
 	}
 	root := &dirNode{fsys: fsys, key: cfg.Prefix}
 	fsys.root = root

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -322,18 +321,33 @@ func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
 	return l
 }
 
-// snapshot returns the cached listings (for a manifest), in directory
-// order, and the generation: a number that changes whenever a listing is
-// installed. Each listing is copied as the sequence reaches it, under ns.mu
+// snapshot returns the cached listings that are still fresh (for a
+// manifest: a stale one would be listed again by the next mount anyway,
+// and would make the others look as old as itself), in directory order,
+// the generation (a number that changes whenever a listing is installed)
+// and the start of the oldest one's LIST: the listings a manifest saves
+// are no older than that. Each listing is copied as the sequence reaches it, under ns.mu
 // for that listing alone: a million files are never copied at once, nor
 // ns.mu held while they are. A listing installed after the call may be in
 // the sequence, one dropped after it is not; either changes the generation,
 // so a caller that saves by generation saves again.
-func (ns *namespace) snapshot() (iter.Seq[store.ManifestDir], uint64) {
+func (ns *namespace) snapshot() (iter.Seq[store.ManifestDir], uint64, time.Time) {
+	now := ns.now()
 	ns.mu.Lock()
-	names := slices.Sorted(maps.Keys(ns.dirs))
+	var names []string
+	var oldest time.Time
+	for dir, l := range ns.dirs {
+		if !ns.fresh(l, now) {
+			continue
+		}
+		names = append(names, dir)
+		if oldest.IsZero() || l.at.Before(oldest) {
+			oldest = l.at
+		}
+	}
 	gen := ns.gen
 	ns.mu.Unlock()
+	slices.Sort(names)
 	return func(yield func(store.ManifestDir) bool) {
 		for _, dir := range names {
 			ns.mu.Lock()
@@ -354,7 +368,7 @@ func (ns *namespace) snapshot() (iter.Seq[store.ManifestDir], uint64) {
 				return
 			}
 		}
-	}, gen
+	}, gen, oldest
 }
 
 // generation is the number snapshot would return, without the copy.
@@ -364,12 +378,16 @@ func (ns *namespace) generation() uint64 {
 	return ns.gen
 }
 
-// restore installs listings from a manifest; those outside root are
+// restore installs listings from a manifest, listed at listed (zero, or a
+// time to come from a clock set back: now); those outside root are
 // ignored. A manifest is a file on disk: names are checked again as a
 // listing would check them, so a damaged or crafted one cannot put an
 // unsafe name in the mount.
-func (ns *namespace) restore(root string, dirs []store.ManifestDir) {
+func (ns *namespace) restore(root string, dirs []store.ManifestDir, listed time.Time) {
 	at := ns.now()
+	if !listed.IsZero() && listed.Before(at) {
+		at = listed
+	}
 	built := make(map[string]*listing, len(dirs))
 	for _, md := range dirs {
 		if !strings.HasPrefix(md.Dir, root) || !ns.validDir(md.Dir[len(root):]) {

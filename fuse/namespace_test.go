@@ -35,10 +35,13 @@ func TestSnapshotRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seq, gen := ns.snapshot()
+	seq, gen, at := ns.snapshot()
 	snap := slices.Collect(seq)
 	if len(snap) != len(listed) || gen != uint64(len(listed)) {
 		t.Fatalf("snapshot of %d directories at generation %d; want %d and %d", len(snap), gen, len(listed), len(listed))
+	}
+	if first := ns.held(listed[0]).at; !at.Equal(first) {
+		t.Fatalf("snapshot listed at %v; want the oldest listing's LIST start, %v", at, first)
 	}
 	for i, d := range snap {
 		if d.Dir != listed[i] {
@@ -56,7 +59,7 @@ func TestSnapshotRefresh(t *testing.T) {
 
 	st2 := store.NewCounting(memStore{objs: objs})
 	ns2 := newNamespace(t.Context(), st2, time.Hour, discard)
-	ns2.restore("data/", snap)
+	ns2.restore("data/", snap, time.Now().Add(-time.Hour/2))
 	for _, tc := range []struct{ dir, name string }{{"data/", "5.jpg"}, {"data/a/", "2.jpg"}, {"data/", "b"}} {
 		if _, ok, err := ns2.lookup(ctx, tc.dir, tc.name); err != nil || !ok {
 			t.Fatalf("lookup %s%s after restore: %v %v", tc.dir, tc.name, ok, err)
@@ -70,8 +73,8 @@ func TestSnapshotRefresh(t *testing.T) {
 	}
 	// Restoring outside the root, or a bad directory path, installs nothing.
 	ns3 := newNamespace(t.Context(), st2, time.Hour, discard)
-	ns3.restore("data/", []store.ManifestDir{{Dir: "other/"}, {Dir: "data/../"}, {Dir: "data/x"}})
-	seq3, _ := ns3.snapshot()
+	ns3.restore("data/", []store.ManifestDir{{Dir: "other/"}, {Dir: "data/../"}, {Dir: "data/x"}}, time.Time{})
+	seq3, _, _ := ns3.snapshot()
 	if snap3 := slices.Collect(seq3); len(snap3) != 0 {
 		t.Fatalf("restore installed %d directories outside the root or with bad paths", len(snap3))
 	}
@@ -310,6 +313,47 @@ func TestListSlowerThanTTL(t *testing.T) {
 	}
 }
 
+// TestRestoreTrustsForTTLFromListing: restored listings are as old as
+// their LIST, not as the remount. A manifest listed within the TTL spares
+// the LIST; one listed longer ago is listed again before a lookup answers
+// (its objects may have changed since: a stale name would read another
+// version, or fail ESTALE, for a whole TTL); a time to come counts as now.
+func TestRestoreTrustsForTTLFromListing(t *testing.T) {
+	objs := map[string][]byte{"d/a": nil}
+	dirs := []store.ManifestDir{{Dir: "d/", Files: []store.Object{{Key: "d/a"}}}}
+	now := time.Now()
+	for _, tc := range []struct {
+		name   string
+		listed time.Time
+		lists  int64
+	}{
+		{"within the ttl", now.Add(-50 * time.Minute), 0},
+		{"older than the ttl", now.Add(-61 * time.Minute), 1},
+		{"days ago", now.Add(-72 * time.Hour), 1},
+		{"unknown", time.Time{}, 0},
+		{"to come", now.Add(time.Hour), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := store.NewCounting(memStore{objs: objs})
+			ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+			ns.now = func() time.Time { return now }
+			ns.restore("", dirs, tc.listed)
+			// A stale listing is not saved again: it would make the
+			// others look as old as itself.
+			seq, _, _ := ns.snapshot()
+			if n := len(slices.Collect(seq)); n != 1-int(tc.lists) {
+				t.Fatalf("snapshot of %d directories, want %d", n, 1-tc.lists)
+			}
+			if _, ok, err := ns.lookup(t.Context(), "d/", "a"); !ok || err != nil {
+				t.Fatalf("lookup: %v %v", ok, err)
+			}
+			if n := st.C.Lists.Load(); n != tc.lists {
+				t.Fatalf("%d LISTs, want %d", n, tc.lists)
+			}
+		})
+	}
+}
+
 // TestRelistDueOnlyUsed: a listing nobody asked for since it was made (a
 // relisting, one restored from a manifest) is not listed again: a
 // directory the job left costs one LIST more, not one a TTL.
@@ -319,7 +363,7 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
 	start := time.Now()
 	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
-	ns.restore("", []store.ManifestDir{{Dir: "r/", Files: []store.Object{{Key: "r/b"}}}})
+	ns.restore("", []store.ManifestDir{{Dir: "r/", Files: []store.Object{{Key: "r/b"}}}}, time.Time{})
 	if _, err := ns.list(t.Context(), "d/"); err != nil {
 		t.Fatal(err)
 	}

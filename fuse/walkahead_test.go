@@ -360,7 +360,7 @@ func BenchmarkWalkAheadListed(b *testing.B) {
 		listings[0].Subdirs = append(listings[0].Subdirs, name)
 		listings = append(listings, store.ManifestDir{Dir: dirs[i], Files: []store.Object{{Key: dirs[i] + "f", Size: 1, ETag: "e"}}})
 	}
-	ns.restore("", listings)
+	ns.restore("", listings, time.Time{})
 	w := newWalkAhead(context.Background(), ns, 32, slog.New(slog.DiscardHandler))
 	b.ResetTimer()
 	for i := range b.N {
@@ -386,7 +386,7 @@ func TestWalkAheadPastMaxParents(t *testing.T) {
 	}
 	st := &listCounter{memStore: memStore{objs: objs}, lists: map[string]int{}}
 	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
-	ns.restore("", listings) // the parents are listed; their subdirectories are not
+	ns.restore("", listings, time.Time{}) // the parents are listed; their subdirectories are not
 	w := newWalkAhead(t.Context(), ns, 4, slog.New(slog.DiscardHandler))
 	w.maxParents = maxParents
 	idle := func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.running == 0 }

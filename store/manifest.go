@@ -22,7 +22,7 @@ type Manifest struct {
 	Endpoint string // where the listing came from, so another bucket's manifest is never used
 	Bucket   string
 	Prefix   string
-	Created  time.Time
+	Created  time.Time // its listings are no older than this: a mount trusts them for its metadata TTL from then
 	Dirs     []ManifestDir
 }
 

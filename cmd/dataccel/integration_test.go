@@ -221,6 +221,49 @@ func TestRestartServesFromCache(t *testing.T) {
 	}
 }
 
+// TestStaleManifest: a manifest is trusted for --metadata-ttl from when its
+// listings were made, not from the remount. Objects overwritten, added and
+// deleted between two mounts on one cache dir show in the second mount as
+// soon as its TTL has passed since the first listed them: its reads get
+// the new bytes (the old version, still in the disk cache, must not serve).
+func TestStaleManifest(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 20, 10<<10)
+	cacheDir := t.TempDir()
+	args := func(ttl string) []string {
+		return []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl, "s3://" + st.Bucket() + "/ds"}
+	}
+	listed := time.Now()
+	m := startMount(t, t.TempDir(), args("1h")...)
+	readAllFiles(t, m.dir, files)
+	waitManifest(t, cacheDir)
+	m.unmount(t)
+
+	const changed, gone, added = "c00/img00000.jpg", "c01/img00001.jpg", "c02/new.jpg"
+	files[changed] = bytes.Repeat([]byte("v2"), len(files[changed])/2)
+	files[added] = []byte("added")
+	for _, rel := range []string{changed, added} {
+		if _, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, files[rel]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Remove(context.Background(), "ds/"+gone); err != nil {
+		t.Fatal(err)
+	}
+	delete(files, gone)
+	const ttl = 3 * time.Second
+	time.Sleep(time.Until(listed.Add(ttl + 100*time.Millisecond)))
+
+	m2 := startMount(t, t.TempDir(), args(ttl.String())...)
+	readAllFiles(t, m2.dir, files)
+	if _, err := os.Stat(filepath.Join(m2.dir, gone)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a deleted object: %v, want it gone", err)
+	}
+	if s := m2.stats(t); s["store_requests_list_total"] == 0 {
+		t.Fatalf("no LIST with a manifest older than --metadata-ttl")
+	}
+}
+
 // TestRemountWithOtherBlockSize: the disk cache outlives the mount, and the
 // next may run with another --block-size. Under 128 KiB blocks, block 1 of
 // a 192 KiB file is its last 64 KiB; under 64 KiB blocks, block 1 is its

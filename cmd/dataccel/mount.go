@@ -358,13 +358,20 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.cacheDir != "" && p.manifestMode != "off" {
 		manifestPath = filepath.Join(f.cacheDir, "manifest-"+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
 	}
-	var preload []store.ManifestDir
+	var (
+		preload       []store.ManifestDir
+		preloadListed time.Time
+	)
 	if manifestPath != "" {
 		m, err := store.LoadManifest(manifestPath, f.s3.endpoint, p.bucket, p.prefix)
 		switch {
 		case err == nil:
-			preload = m.Dirs
+			preload, preloadListed = m.Dirs, m.Created
 			logger.Info("namespace manifest loaded", "directories", len(m.Dirs), "files", m.Files(), "created", m.Created.Format(time.RFC3339))
+			if age := time.Since(m.Created); age >= f.metadataTTL {
+				logger.Info("namespace manifest older than --metadata-ttl: its directories are listed again as they are read",
+					"age", age.Round(time.Second).String())
+			}
 		case !errors.Is(err, os.ErrNotExist):
 			logger.Warn("namespace manifest unusable; listing instead", "err", err)
 		}
@@ -417,6 +424,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		Debug:              f.debugFUSE,
 		Control:            control{loader: loader, stats: stats},
 		Preload:            preload,
+		PreloadListed:      preloadListed,
 		ListAhead:          f.listAhead,
 		Copies:             copies,
 		PassthroughMinSize: p.passthroughMin,
@@ -601,11 +609,16 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 		saved = 1
 	}
 	save := func() {
-		dirs, gen := fsys.Snapshot()
+		dirs, gen, listed := fsys.Snapshot()
 		if gen == saved {
 			return
 		}
-		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: time.Now()}
+		// Created is when the oldest listing was made: the next mount
+		// trusts them all for --metadata-ttl from then.
+		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: listed}
+		if listed.IsZero() {
+			m.Created = time.Now()
+		}
 		nDirs, nFiles, err := store.SaveManifest(path, m, dirs)
 		if err != nil {
 			logger.Warn("namespace manifest not saved", "err", err)
