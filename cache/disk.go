@@ -162,6 +162,7 @@ type Disk struct {
 	cwg      sync.WaitGroup // compactor
 	disabled atomic.Bool    // writes off after a disk error
 	warned   atomic.Bool
+	firstErr atomic.Pointer[error] // the error that turned writes off
 
 	// align is the record alignment of the segments this run creates
 	// (0: back to back), set at open.
@@ -476,17 +477,28 @@ func (d *Disk) publish() {
 	d.stats.DiskBytes.Store(d.policy.Used() + d.dead)
 }
 
-// fail counts a disk error and turns writes off; the first one is logged.
+// fail counts a disk error and turns writes off; the first one is logged
+// and kept (Err).
 func (d *Disk) fail(op string, err error) {
 	d.stats.DiskErrors.Add(1)
-	d.disabled.Store(true)
 	if d.warned.CompareAndSwap(false, true) {
+		werr := fmt.Errorf("%s: %w", op, err)
+		d.firstErr.Store(&werr)
 		d.log.Warn("disk cache error; disk cache writes disabled", "dir", d.dir, "op", op, "err", err)
 	}
+	d.disabled.Store(true)
 }
 
 // Disabled reports whether a disk error has turned writes off.
 func (d *Disk) Disabled() bool { return d.disabled.Load() }
+
+// Err returns the disk error that turned writes off, or nil.
+func (d *Disk) Err() error {
+	if p := d.firstErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Get returns the block for k if it is on disk and intact. The slice must
 // not be modified.

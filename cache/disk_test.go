@@ -659,6 +659,9 @@ func TestDiskUnwritableDir(t *testing.T) {
 	if !d.Disabled() || stats.DiskErrors.Load() == 0 || wc.warns.Load() != 1 {
 		t.Fatalf("disabled=%v errors=%d warnings=%d, want true >0 1", d.Disabled(), stats.DiskErrors.Load(), wc.warns.Load())
 	}
+	if err := d.Err(); !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("Err() = %v, want the error that turned writes off (ENOTDIR)", err)
+	}
 }
 
 // mountTmpfs mounts a small tmpfs at a new directory, or skips if not root.

@@ -793,10 +793,34 @@ func TestLocalCopiesThroughMount(t *testing.T) {
 	}
 }
 
+// readOnlyDir returns an empty directory on a read-only file system (a
+// tmpfs mounted for the test).
+func readOnlyDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	if err := os.Mkdir(filepath.Join(dir, "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v %s", err, out)
+	}
+	return filepath.Join(dir, "cache")
+}
+
 // TestWarmIntoFullCache: a warm the disk cache cannot take whole says how
 // much it left out and which bound stopped it; one that cached nothing
 // fails, whether the cache's own bound or the file system's free space
-// (another program's files) is what ran out.
+// (another program's files) is what ran out, and so does one whose disk
+// cache stopped taking writes (a read-only file system: it exited 0 with
+// nothing cached).
 func TestWarmIntoFullCache(t *testing.T) {
 	st := srv.NewBucket(t)
 	files := dataset(t, st, "full/", 40, 32<<10) // 16-48 KiB each
@@ -814,15 +838,22 @@ func TestWarmIntoFullCache(t *testing.T) {
 		{"the bound holds no block", []string{"--cache-size", "8KiB"}, true, "warm cached none of the 40 objects"},
 		// A floor over the free space: the disk already full of other files.
 		{"the free space is under the floor", []string{"--cache-min-free", "99%"}, true, "above the --cache-min-free floor"},
+		{"a read-only file system", []string{"--concurrency", "2"}, true, "stopped taking writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cacheDir := t.TempDir()
+			if tc.name == "a read-only file system" {
+				cacheDir = readOnlyDir(t)
+			}
 			cmd := exec.Command(bin, append([]string{"warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir,
 				"s3://" + st.Bucket() + "/full"}, tc.flags...)...)
 			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
 			out, err := cmd.CombinedOutput()
 			if (err != nil) != tc.fails || !strings.Contains(string(out), tc.wantMsg) {
 				t.Fatalf("warm %v: %v (want failure: %v), want %q in:\n%s", tc.flags, err, tc.fails, tc.wantMsg, out)
+			}
+			if tc.name == "a read-only file system" {
+				return // nothing could be written there, not even the cache's marker
 			}
 			n, err := countBlocks(cacheDir)
 			if err != nil {

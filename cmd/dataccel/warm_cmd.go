@@ -109,6 +109,9 @@ func readList(file string) (map[string]bool, error) {
 	return set, sc.Err()
 }
 
+// errDiskStopped ends a warm whose disk cache turned writes off.
+var errDiskStopped = errors.New("the disk cache stopped taking writes")
+
 // warmFailure is one object that could not be warmed.
 type warmFailure struct {
 	key string
@@ -211,6 +214,18 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	})
 	defer loader.Close()
 
+	// A disk cache that stops taking writes (a full or read-only file
+	// system, an I/O error) ends the warm: the rest would only be
+	// downloaded.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	fill := func(ctx context.Context, o store.Object) error {
+		err := loader.Fill(ctx, o)
+		if disk.Disabled() {
+			stop(errDiskStopped)
+		}
+		return err
+	}
 	// The disk tier writes in the background and drops a write when its
 	// queue is full (a reader must never wait on it); warm does want every
 	// block, so it checks what landed and fetches the rest again.
@@ -220,7 +235,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			label = fmt.Sprintf("warm, pass %d", pass)
 		}
 		dropped := cstats.DiskDropped.Load()
-		failed, err := warmEach(ctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), loader.Fill)
+		failed, err := warmEach(wctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), fill)
 		disk.Flush()
 		return failed, cstats.DiskDropped.Load() > dropped, err
 	}, func(pending []store.Object, failed []warmFailure) []store.Object {
@@ -231,6 +246,11 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
 		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
 		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
+	if disk.Disabled() {
+		missing := notCached(loader, objs, nil)
+		return fmt.Errorf("warm: the disk cache at %s stopped taking writes (%w): %d of the %d objects are not cached",
+			f.mount.cacheDir, disk.Err(), len(missing), len(objs))
+	}
 	if werr != nil {
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
 	}
