@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -64,6 +65,9 @@ type mountWarmer struct {
 
 func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return usageError{fmt.Errorf("%s: no such directory (a mount's directory, or s3://bucket/prefix with --cache-dir)", dir)}
+	}
 	if err != nil || !fi.IsDir() {
 		return usageError{fmt.Errorf("%s: not a directory of a mount (or use s3://bucket/prefix with --cache-dir)", dir)}
 	}
@@ -97,6 +101,18 @@ func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string
 	})
 	if err != nil {
 		return fmt.Errorf("walk %s: %w", dir, err)
+	}
+	// As warm s3://...: a mistyped directory or list would leave the job
+	// it prepares nothing warm.
+	if len(files) == 0 {
+		what := "no file under " + dir
+		if want != nil {
+			what += " named by --list"
+		}
+		return errors.New("warm: " + what + ": check the path")
+	}
+	if want != nil && len(files) < len(want) {
+		logger.Warn("--list names paths that are not files under the directory", "missing", len(want)-len(files), "dir", dir)
 	}
 	w := mountWarmer{
 		logger: logger, concurrency: f.concurrency, quiet: f.quiet,

@@ -238,3 +238,50 @@ func TestWarmThroughFullMount(t *testing.T) {
 		t.Errorf("warm says %d disk cache writes refused, want some:\n%s", n, out)
 	}
 }
+
+// TestWarmMountList: through a directory, as through s3://, a list naming
+// paths that are not there warns, and a list or directory that names no
+// file fails (it exited 0 having warmed nothing).
+func TestWarmMountList(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.jpg", "sub/b.jpg"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		dir      string
+		list     string // "" for none
+		wantErr  string
+		wantWarn string
+	}{
+		{"every file", dir, "", "", "not a dataccel mount"},
+		{"a list with a missing path", dir, "a.jpg\nnope/x.jpg\n", "", "--list names paths that are not files"},
+		{"a list of missing paths", dir, "nope/x.jpg\n", "no file under " + dir + " named by --list", ""},
+		{"an empty directory", t.TempDir(), "", "no file under", ""},
+		{"no such directory", filepath.Join(dir, "nope"), "", "no such directory", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := warmFlags{concurrency: 2, quiet: true}
+			if tc.list != "" {
+				f.list = filepath.Join(t.TempDir(), "list")
+				if err := os.WriteFile(f.list, []byte(tc.list), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var logs bytes.Buffer
+			err := warmMount(context.Background(), slog.New(slog.NewTextHandler(&logs, nil)), f, tc.dir)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("warm: %v, want error %q", err, tc.wantErr)
+			}
+			if !strings.Contains(logs.String(), tc.wantWarn) {
+				t.Fatalf("want %q in the logs:\n%s", tc.wantWarn, logs.String())
+			}
+		})
+	}
+}
