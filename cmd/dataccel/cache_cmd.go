@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,7 @@ func newCacheCmd() *cobra.Command {
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "purge",
-		Short: "Delete every cached block and local copy (refuses a directory a mount is using)",
+		Short: "Delete every cached block, local copy and saved listing (refuses a directory a mount is using)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := need(); err != nil {
@@ -81,6 +82,17 @@ func newCacheCmd() *cobra.Command {
 			}
 			if err := os.RemoveAll(filepath.Join(dir, localCopyDir)); err != nil {
 				return fmt.Errorf("purge local copies: %w", err)
+			}
+			// The listings too: a purge asks the next mount to start from
+			// the store, names included (store.SaveManifest's temporary
+			// files start with a dot).
+			for _, pattern := range []string{manifestPrefix + "*", "." + manifestPrefix + "*"} {
+				paths, _ := filepath.Glob(filepath.Join(dir, pattern))
+				for _, p := range paths {
+					if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return fmt.Errorf("purge namespace manifests: %w", err)
+					}
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "purged", dir)
 			return nil

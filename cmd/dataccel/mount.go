@@ -356,7 +356,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	source := "s3://" + p.bucket + "/" + p.prefix
 	manifestPath := ""
 	if f.cacheDir != "" && p.manifestMode != "off" {
-		manifestPath = filepath.Join(f.cacheDir, "manifest-"+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
+		manifestPath = filepath.Join(f.cacheDir, manifestPrefix+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
 	}
 	var (
 		preload       []store.ManifestDir
@@ -512,6 +512,10 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	return nil
 }
+
+// manifestPrefix starts the names of the namespace manifests in
+// --cache-dir: one per endpoint and source.
+const manifestPrefix = "manifest-"
 
 // localCopyDir is where in --cache-dir the local copies live.
 const localCopyDir = "copies"
