@@ -197,6 +197,17 @@ func (f *FS) Snapshot() (dirs iter.Seq[store.ManifestDir], gen uint64, listed ti
 	return f.ns.snapshot()
 }
 
+// Empty lists the mount's root (the listing is kept, as a lookup's) and
+// says whether it holds nothing: a mistyped prefix mounts as an empty
+// directory, which a job would read as an empty dataset.
+func (f *FS) Empty(ctx context.Context) (bool, error) {
+	l, err := f.ns.list(ctx, f.cfg.Prefix)
+	if err != nil {
+		return false, err
+	}
+	return len(l.entries) == 0, nil
+}
+
 // Generation is the number Snapshot would return, without the copy.
 func (f *FS) Generation() uint64 { return f.ns.generation() }
 

@@ -264,6 +264,25 @@ func TestStaleManifest(t *testing.T) {
 	}
 }
 
+// TestEmptyMountWarns: a prefix with nothing under it, or an object's key
+// given as the prefix, mounts (the data may land later) but says so: the
+// job would otherwise read an empty dataset without a word.
+func TestEmptyMountWarns(t *testing.T) {
+	st := srv.NewBucket(t)
+	if _, err := testenv.PutBytes(context.Background(), st, "ds/a/x.jpg", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, prefix, want string }{
+		{"a mistyped prefix", "dss", "nothing under the mounted prefix"},
+		{"an object's key", "ds/a/x.jpg", "the mounted prefix is an object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, logs := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/"+tc.prefix, t.TempDir())
+			waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), tc.want) })
+		})
+	}
+}
+
 // TestPurgeForgetsListings: `cache purge` deletes the saved listings with
 // the blocks: a remount after it lists the store again and sees an object
 // added since (the manifest outlived the purge, and the remount showed the

@@ -459,6 +459,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			}
 		})
 	}
+	bgWork.Go(func() { warnIfEmpty(bg, logger, m.FS, raw, p.bucket, p.prefix) })
 	if manifestPath != "" {
 		src := manifestSource{endpoint: f.s3.endpoint, bucket: p.bucket, prefix: p.prefix}
 		bgWork.Go(func() { saveManifests(bg, logger, m.FS, preload != nil, manifestPath, src, 2*time.Second) })
@@ -511,6 +512,25 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		logger.Info("unmounted from outside", "mountpoint", m.Dir)
 	}
 	return nil
+}
+
+// warnIfEmpty warns when nothing is under the mounted prefix: a typo in it
+// (or an object's key given as the prefix) would hand the job an empty
+// dataset without a word. Not an error: the data may land later.
+func warnIfEmpty(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, st store.Store, bucket, prefix string) {
+	empty, err := fsys.Empty(ctx)
+	if err != nil || !empty {
+		return // a failing LIST shows at the job's first lookup
+	}
+	where := "s3://" + bucket + "/" + prefix
+	if key := strings.TrimSuffix(prefix, "/"); key != "" {
+		if _, err := st.Stat(ctx, key); err == nil {
+			logger.Warn("the mounted prefix is an object, not a directory: the mount is empty; mount the prefix it is in",
+				"object", "s3://"+bucket+"/"+key)
+			return
+		}
+	}
+	logger.Warn("nothing under the mounted prefix: the mount is empty (check the prefix)", "prefix", where)
 }
 
 // manifestPrefix starts the names of the namespace manifests in
