@@ -126,10 +126,20 @@ func (a *announceFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofu
 	return 0
 }
 
-// Setattr accepts the truncation that open(O_TRUNC) implies.
+// Setattr accepts the truncation that open(O_TRUNC) implies, which starts
+// a new list: one that nothing is written to is the empty order, which
+// ends the last one's prefetch (an empty write never reaches the mount,
+// so without this an fsync of it applied the previous list again).
 func (a *announceFile) Setattr(ctx context.Context, _ gofs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
-	if sz, ok := in.GetSize(); ok && sz != 0 {
+	sz, ok := in.GetSize()
+	if ok && sz != 0 {
 		return syscall.EINVAL
+	}
+	if ok {
+		a.mu.Lock()
+		a.buf.Reset()
+		a.armLocked()
+		a.mu.Unlock()
 	}
 	return a.Getattr(ctx, nil, out)
 }
@@ -160,10 +170,16 @@ func (a *announceFile) Write(ctx context.Context, _ gofs.FileHandle, data []byte
 		return 0, syscall.EFBIG
 	}
 	a.buf.Write(data)
+	a.armLocked()
+	return uint32(len(data)), 0
+}
+
+// armLocked supersedes what came before and announces the list as it is
+// once writes pause for announceQuiet. Called with a.mu held.
+func (a *announceFile) armLocked() {
 	a.supersedeLocked()
 	armed := a.seq
 	a.timer = time.AfterFunc(announceQuiet, func() { a.announce(armed) })
-	return uint32(len(data)), 0
 }
 
 // supersedeLocked stops the pending timer and the announcement in

@@ -136,6 +136,33 @@ func TestAnnounceFsync(t *testing.T) {
 	}
 }
 
+// TestAnnounceEmpty: an empty list (a truncation with nothing written,
+// fsync'ed or not) is the empty order, which ends the last one; the
+// previous list was announced again instead.
+func TestAnnounceEmpty(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "ds/f0", []byte{0})
+	ctl := &recordingControl{}
+	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
+	if err := writeOrder(t, m.Dir, "f0\n").Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOrder(t, m.Dir, "").Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ctl.announced(); len(got) != 2 || len(got[1]) != 0 {
+		t.Fatalf("announcements %v; want [ds/f0] then the empty order", got)
+	}
+	if err := writeOrder(t, m.Dir, "f0\n").Sync(); err != nil {
+		t.Fatal(err)
+	}
+	writeOrder(t, m.Dir, "").Close() // no fsync: the quiet timer announces it
+	waitFor(t, "the empty order, after the quiet pause", func() bool {
+		got := ctl.announced()
+		return len(got) == 4 && len(got[3]) == 0
+	})
+}
+
 // failingList fails the listing of one prefix.
 type failingList struct {
 	store.Store
