@@ -214,6 +214,9 @@ func TestFlagsWithoutEffect(t *testing.T) {
 			[]string{"--cache-size has no effect", "--cache-compress has no effect", "--manifest has no effect"}},
 		{"a read order without cross-file prefetch", []string{"--prefetch", "off", "--prefetch-list", "LIST"},
 			[]string{"--prefetch-list with --prefetch off"}},
+		{"a RAM cache larger than the memory", []string{"--ram-cache-size", "1PiB"}, []string{"--ram-cache-size 1PiB leaves less than"}},
+		{"a disk cache larger than its file system", []string{"--cache-dir", "CACHE", "--cache-size", "1PiB"},
+			[]string{"--cache-size 1PiB is more than the size of the file system"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var f mountFlags

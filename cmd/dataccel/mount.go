@@ -199,6 +199,13 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if p.ramBytes > 0 && p.ramBytes < tinyCacheBlocks*p.blockSize {
 		p.warnings = append(p.warnings, tinyCache("ram-cache-size", ram, f.blockSize, "RAM"))
 	}
+	// The memory limit follows --ram-cache-size: a bound over the memory
+	// there is lets the cache grow until the kernel kills the mount.
+	if p.ramBytes+memRoom > mem {
+		p.warnings = append(p.warnings, fmt.Sprintf("--ram-cache-size %s leaves less than %s of this machine's (or container's) memory, %s: "+
+			"the mount would run out of memory before its cache fills; give less, or a share (50%%)",
+			ram, humanBytes(memRoom), humanBytes(mem)))
+	}
 	// Blocks read ahead or in flight take their room from the RAM cache
 	// (the loader reserves it there), so that the mount's blocks stay
 	// within --ram-cache-size: up to half of it, but room for eight blocks
@@ -233,6 +240,10 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		}
 		if p.cacheBytes < tinyCacheBlocks*p.blockSize {
 			p.warnings = append(p.warnings, tinyCache("cache-size", f.cacheSize, f.blockSize, "disk"))
+		}
+		if p.cacheBytes > disk {
+			p.warnings = append(p.warnings, fmt.Sprintf("--cache-size %s is more than the size of the file system under --cache-dir, %s: "+
+				"its free space (down to --cache-min-free) bounds the cache instead", f.cacheSize, humanBytes(disk)))
 		}
 		minFree, err := cache.ParseSizeOrPercent(f.cacheMinFree, disk)
 		if err != nil || minFree < 0 {
@@ -282,6 +293,10 @@ func totalMemory() int64 {
 	}
 	return mem
 }
+
+// memRoom is the memory a mount needs beside its RAM cache (metadata, the
+// runtime, the disk cache's write queue).
+const memRoom = 512 << 20
 
 // tinyCacheBlocks: a cache bound under this many blocks keeps almost
 // nothing, which is more likely a unit typed wrong (1KiB for 1TiB) than
