@@ -225,7 +225,7 @@ func (f *FS) dirAttr(out *gofuse.Attr) {
 	out.Mode = syscall.S_IFDIR | 0o555
 	out.Nlink = 2
 	out.Owner = gofuse.Owner{Uid: f.cfg.UID, Gid: f.cfg.GID}
-	out.SetTimes(nil, &f.mounted, &f.mounted)
+	out.SetTimes(&f.mounted, &f.mounted, &f.mounted)
 }
 
 func (f *FS) fileAttr(obj store.Object, out *gofuse.Attr) {
@@ -236,7 +236,7 @@ func (f *FS) fileAttr(obj store.Object, out *gofuse.Attr) {
 	out.Blksize = 1 << 20
 	out.Owner = gofuse.Owner{Uid: f.cfg.UID, Gid: f.cfg.GID}
 	mt := obj.ModTime
-	out.SetTimes(nil, &mt, &mt)
+	out.SetTimes(&mt, &mt, &mt) // an atime of 1970 would look ancient to cache cleaners
 }
 
 // dirNode is a directory: a key prefix ending in "/" (or the mount's root prefix).
@@ -420,7 +420,8 @@ func (n *fileNode) dropWritten() {
 	go func() {
 		for {
 			want := n.drops.Load()
-			if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+			// ENOENT: the kernel forgot the inode; EBADF: unmounted.
+			if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
 				n.fsys.log.Warn("dropping the pages of a refused write", "key", n.obj.Key, "errno", errno.Error())
 			}
 			if n.drops.Add(-want) == 0 {

@@ -25,6 +25,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
 	"github.com/dataccel/dataccel/store/s3"
@@ -375,6 +377,10 @@ func TestErrnos(t *testing.T) {
 	}
 	if b, err := os.ReadFile(p("d/file")); err != nil || string(b) != "hello" {
 		t.Fatalf("file changed or unreadable after the failed writes: %q %v", b, err)
+	}
+	var fi unix.Stat_t
+	if err := unix.Stat(p("d/file"), &fi); err != nil || fi.Atim != fi.Mtim || fi.Atim.Sec == 0 {
+		t.Fatalf("atime %v, mtime %v (%v): want the object's time for both", fi.Atim, fi.Mtim, err)
 	}
 	// Once reads have taught the kernel that opens need no message, a
 	// writer is refused all the same.
