@@ -89,7 +89,27 @@ func newRootCmd() *cobra.Command {
 		newScoreCmd(),
 		newVersionCmd(),
 	)
+	argsAreUsage(root)
 	return root
+}
+
+// argsAreUsage makes a wrong count of arguments a usage error (exit 2),
+// as a wrong flag is, on every command under cmd: cobra's checks return
+// plain errors (exit 1), as a failed run would.
+func argsAreUsage(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			err := check(c, args)
+			var ue usageError
+			if err != nil && !errors.As(err, &ue) {
+				return usageError{err}
+			}
+			return err
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		argsAreUsage(sub)
+	}
 }
 
 func newVersionCmd() *cobra.Command {

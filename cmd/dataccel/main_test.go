@@ -332,6 +332,24 @@ func TestHumanBytes(t *testing.T) {
 	}
 }
 
+// TestArgCountIsUsageError: too few or too many arguments exit 2, as a
+// wrong flag does (cobra's own checks exited 1, as a failed run).
+func TestArgCountIsUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"version", "extra"},
+		{"bench", "run"},
+		{"bench", "compare-report"},
+		{"mount", "s3://bucket"},
+		{"cache", "stat", "extra"},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("dataccel %v: %v, want exit 2; output:\n%s", args, err, out)
+		}
+	}
+}
+
 // TestUnknownSubcommand: a mistyped subcommand of a group is a usage error
 // (exit 2), not its help with exit 0, which a script would take for done;
 // the group alone still shows its help.
