@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,13 @@ func TestMountErrors(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Unmount(volume, syscall.MNT_DETACH) })
 
+	busy2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy2.Close() })
+	busyAddr := busy2.Addr().String()
+
 	tests := []struct {
 		name         string
 		key, secret  string
@@ -109,6 +117,14 @@ func TestMountErrors(t *testing.T) {
 		{name: "bad passthrough-min-size", args: []string{"mount", "--passthrough-min-size", "big", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--passthrough-min-size"},
 		{name: "bad local-copies", args: []string{"mount", "--cache-dir", "CACHE", "--local-copies", "lots", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--local-copies"},
 		{name: "tiny prefetch-inflight", args: []string{"mount", "--prefetch-inflight", "4KiB", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--prefetch-inflight"},
+		// Found before mounting: it mounted, logged "mounted", then exited.
+		{name: "http address in use", args: []string{"mount", "--endpoint", srv.Endpoint, "--http", busyAddr, "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "--http " + busyAddr, checkMounted: true},
+		{name: "http address malformed", args: []string{"mount", "--endpoint", srv.Endpoint, "--http", "no-port", "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "--http no-port", checkMounted: true},
+		// It only warned, and the sidecar was never ready.
+		{name: "ready file without a directory", args: []string{"mount", "--endpoint", srv.Endpoint, "--ready-file", "/nonexistent/ready", "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "--ready-file /nonexistent/ready: no directory", checkMounted: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

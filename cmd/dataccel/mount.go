@@ -321,6 +321,14 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if err := fuse.CheckMountpoint(dir); err != nil {
 		return err
 	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		logger.Warn("the mountpoint is not empty: the mount hides what is in it until it ends", "mountpoint", dir, "entries", len(ents))
+	}
+	if f.readyFile != "" {
+		if fi, err := os.Stat(filepath.Dir(f.readyFile)); err != nil || !fi.IsDir() {
+			return usageError{fmt.Errorf("--ready-file %s: no directory to write it in", f.readyFile)}
+		}
+	}
 	raw, err := f.s3.openStore(ctx, p.bucket, f.checkTime)
 	if err != nil {
 		return err
@@ -425,6 +433,24 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted before mounting: %w", err) // a signal during the start: mount nothing
 	}
+	// Before the mount: an address in use or malformed fails the command
+	// with nothing mounted, and /readyz says "not yet" until it serves.
+	if f.httpAddr != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return fmt.Errorf("mountpoint %s: %w", dir, err)
+		}
+		srv := serve.New(f.httpAddr, stats.registry(), readiness(abs, raw), logger)
+		if err := srv.Start(); err != nil {
+			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		logger.Info("serving metrics and health", "addr", srv.Addr())
+	}
 
 	m, err := fuse.New(dir, fuse.Config{
 		Store:              st,
@@ -485,19 +511,6 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		}
 	}
 
-	if f.httpAddr != "" {
-		srv := serve.New(f.httpAddr, stats.registry(), readiness(m, raw), logger)
-		if err := srv.Start(); err != nil {
-			m.Unmount()
-			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		}()
-		logger.Info("serving metrics and health", "addr", srv.Addr())
-	}
 	if f.cacheDir != "" {
 		rec := filepath.Join(f.cacheDir, mountRecord)
 		os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644)
@@ -700,10 +713,10 @@ func yieldTo(ctx context.Context, busy *atomic.Int64, maxWait time.Duration) err
 }
 
 // readiness: the mount is live and the store answered recently.
-func readiness(m *fuse.Mount, st *s3.Store) func(context.Context) error {
+func readiness(dir string, st *s3.Store) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if ok, err := fuse.IsMountpoint(m.Dir); err != nil || !ok {
-			return fmt.Errorf("mount %s is not live", m.Dir)
+		if ok, err := fuse.IsMountpoint(dir); err != nil || !ok {
+			return fmt.Errorf("mount %s is not live", dir)
 		}
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
