@@ -584,6 +584,7 @@ func (s copySource) Open(obj store.Object) localcopy.Reader { return s.l.Open(ob
 // RAM tier apart too (nil when off), for the loader to reserve room in.
 func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stats) (cache.Tier, *cache.RAM, func(), error) {
 	var ram, disk cache.Tier
+	var diskCache *cache.Disk // disk, when there is one
 	var ramTier *cache.RAM
 	var closers []func()
 	if p.ramBytes > 0 {
@@ -614,7 +615,7 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("disk cache: %w", err)
 		}
-		disk = d
+		disk, diskCache = d, d
 		closers = append(closers, func() {
 			if err := d.Close(); err != nil {
 				logger.Warn("closing the disk cache", "err", err)
@@ -635,8 +636,15 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 	// far as the disk keeps up. Runs first: closers run in reverse.
 	closers = append(closers, func() {
 		t0 := time.Now()
-		if saved, left := tiered.Drain(t0.Add(drainTimeout)); saved+left > 0 {
-			logger.Info("RAM cache saved to the disk cache", "blocks", saved, "left", left, "seconds", time.Since(t0).Seconds())
+		saved, left := tiered.Drain(t0.Add(drainTimeout))
+		switch {
+		case left > 0 && diskCache != nil && diskCache.Disabled():
+			logger.Warn("RAM cache not saved to the disk cache: it stopped taking writes", "saved", saved, "not_saved", left, "err", diskCache.Err())
+		case left > 0:
+			logger.Warn("RAM cache saved to the disk cache in part: the disk cache is full, or did not keep up within "+drainTimeout.String(),
+				"saved", saved, "not_saved", left, "seconds", time.Since(t0).Seconds())
+		case saved > 0:
+			logger.Info("RAM cache saved to the disk cache", "blocks", saved, "seconds", time.Since(t0).Seconds())
 		}
 	})
 	return tiered, ramTier, closeAll, nil
