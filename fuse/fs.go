@@ -100,6 +100,9 @@ type FS struct {
 	stop    context.CancelFunc // ends the mount's background work (walk's LISTs)
 	pt      atomic.Int32       // passthrough: ptOn until it turns ptOff for good; ptOff from the start without copies
 	ptOpens ptOpens            // the opens passthrough weighs
+
+	healMu  sync.Mutex
+	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -162,7 +165,7 @@ func newFS(cfg Config) *FS {
 	ctx, stop := context.WithCancel(context.Background())
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
-		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop}
+		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{}}
 	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -478,10 +481,86 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 		// Deleted since it was listed: this version went stale.
 		err = fmt.Errorf("%w: deleted: %w", store.ErrChanged, err)
 	}
+	if errors.Is(err, store.ErrChanged) {
+		n.fsys.healStale(n)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.fsys.fail("read", fmt.Sprintf("%s@%d", n.obj.Key, off), err)
 	}
 	return gofuse.ReadResultData(data), 0
+}
+
+// healStale lists n's directory again after a read found its object
+// changed or deleted since it was listed (unless the listing knows
+// already), and drops the kernel's entry for it: the next open looks it up
+// and gets the object as it is now, instead of ESTALE until the metadata
+// TTL passes (an hour by default: every epoch of a job would fail on a
+// re-uploaded file). Files open keep their version, and their reads stay
+// ESTALE: no read mixes versions. One goroutine per directory at most
+// (heal), which takes the files that go stale while it runs too.
+func (f *FS) healStale(n *fileNode) {
+	dir, _ := splitKey(n.obj.Key)
+	f.healMu.Lock()
+	queued, running := f.healing[dir]
+	if !running {
+		queued = map[*fileNode]bool{}
+		f.healing[dir] = queued
+	}
+	queued[n] = true
+	f.healMu.Unlock()
+	if !running {
+		go f.heal(dir)
+	}
+}
+
+// heal serves healStale for dir until no stale file of it is queued.
+func (f *FS) heal(dir string) {
+	for {
+		f.healMu.Lock()
+		nodes := f.healing[dir]
+		if len(nodes) == 0 {
+			delete(f.healing, dir)
+			f.healMu.Unlock()
+			return
+		}
+		f.healing[dir] = map[*fileNode]bool{}
+		f.healMu.Unlock()
+		if f.listingShows(dir, nodes) {
+			ctx, cancel := context.WithTimeout(f.ns.bg, 5*time.Minute)
+			_, err := f.ns.listAt(ctx, dir, f.ns.now())
+			cancel()
+			if err != nil {
+				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
+					"dir", dir, "err", err)
+				continue
+			}
+		}
+		for n := range nodes {
+			if name, parent := n.Parent(); parent != nil {
+				// ENOENT: the kernel has no such entry (forgotten, or
+				// looked up again meanwhile); EBADF: unmounted.
+				if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
+					f.log.Warn("dropping the kernel's entry of a changed object", "key", n.obj.Key, "errno", errno.Error())
+				}
+			}
+		}
+	}
+}
+
+// listingShows says whether dir's listing still holds one of nodes'
+// versions: only then is a LIST due.
+func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) bool {
+	l := f.ns.held(dir)
+	if l == nil {
+		return false
+	}
+	for n := range nodes {
+		_, name := splitKey(n.obj.Key)
+		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag {
+			return true
+		}
+	}
+	return false
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.

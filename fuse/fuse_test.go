@@ -507,6 +507,41 @@ func TestOverwrite(t *testing.T) {
 	}
 }
 
+// TestChangedObjectHeals: a read that finds its object changed or deleted
+// since it was listed fails (ESTALE: that version is gone), and the next
+// open gets the object as it is now, well before the metadata TTL (an
+// hour here); it failed ESTALE until the TTL passed.
+func TestChangedObjectHeals(t *testing.T) {
+	st := srv.NewBucket(t)
+	v1, v2 := []byte("version one"), []byte("the second version")
+	testenv.Put(t, st, "d/changed", v1)
+	testenv.Put(t, st, "d/deleted", v1)
+	mnt := mountT(t, st, "", time.Hour)
+	p := func(name string) string { return filepath.Join(mnt, "d", name) }
+	for _, name := range []string{"changed", "deleted"} {
+		if _, err := os.Stat(p(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Put(t, st, "d/changed", v2)
+	if err := st.Remove(context.Background(), "d/deleted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"changed", "deleted"} {
+		if _, err := os.ReadFile(p(name)); !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read of %s after the change: %v, want ESTALE", name, err)
+		}
+	}
+	waitFor(t, "the new version", func() bool {
+		b, err := os.ReadFile(p("changed"))
+		return err == nil && bytes.Equal(b, v2)
+	})
+	waitFor(t, "the deleted object gone", func() bool {
+		_, err := os.Stat(p("deleted"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
 // TestConcurrentOpens opens one file from many goroutines while its
 // directory listing expires: a race detector check of the metadata path.
 func TestConcurrentOpens(t *testing.T) {
