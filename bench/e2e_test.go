@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -37,7 +38,7 @@ paths[].max_accelerators.trials[].accelerators paths[].max_accelerators.trials[]
 paths[].max_accelerators.trials[].wall_s paths[].path paths[].readers paths[].summary
 paths[].summary.au_cold paths[].summary.au_warm paths[].summary.io_factor paths[].summary.samples_per_epoch
 paths[].summary.t_compute_s paths[].summary.t_cold_s paths[].summary.t_io_cold_s paths[].summary.t_io_warm_s
-paths[].summary.t_warm_s
+paths[].summary.t_warm_s paths[].summary.warm_epochs
 probe probe.bandwidth_bytes_per_s probe.request_rate_per_s probe.rtt_s probe.source
 ratios ratios[] ratios[].baseline ratios[].cold_ratio ratios[].path ratios[].warm_ratio
 started tool version`)
@@ -224,19 +225,30 @@ func TestRunFileList(t *testing.T) {
 	if _, err := Generate(ctx, gcfg, st, NewProgress(io.Discard, false)); err != nil {
 		t.Fatal(err)
 	}
-	files, err := ParseFileList(strings.NewReader(list.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s3src := StoreSource{Store: st, Prefix: "ds/", Label: "s3://" + st.Bucket() + "/ds/"}
-	res, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 4, Batch: 4, Epochs: 1, Seed: 3, FileList: files}, DirSource{Root: dir}, s3src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range res.Paths {
-		if e := p.Epochs[0]; p.Files != 20 || p.Bytes != want || e.Samples != 20 || e.Bytes != want {
-			t.Errorf("%s: %d files %d bytes listed, epoch %d samples %d bytes; want 20 and %d", p.Path, p.Files, p.Bytes, e.Samples, e.Bytes, want)
-		}
+	// A list without sizes (paths alone, as a CSV of paths gives) reports
+	// the bytes its reads found, for a directory as for an object path.
+	noSizes := regexp.MustCompile(`\t[0-9]+\n`).ReplaceAllString(list.String(), "\n")
+	var files []File
+	for _, tc := range []struct{ name, list string }{{"with sizes", list.String()}, {"paths alone", noSizes}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if files, err = ParseFileList(strings.NewReader(tc.list)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 4, Batch: 4, Epochs: 2, Seed: 3, FileList: files}, DirSource{Root: dir}, s3src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range res.Paths {
+				if e := p.Epochs[0]; p.Files != 20 || p.Bytes != want || e.Samples != 20 || e.Bytes != want {
+					t.Errorf("%s: %d files %d bytes listed, epoch %d samples %d bytes; want 20 and %d", p.Path, p.Files, p.Bytes, e.Samples, e.Bytes, want)
+				}
+			}
+			if files[0].Size != 0 && tc.name == "paths alone" {
+				t.Error("the run wrote into the caller's file list")
+			}
+		})
 	}
 	missing := append(slices.Clone(files), File{Name: "no/such.jpg"})
 	if _, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 4, Batch: 4, Epochs: 1, FileList: missing}, s3src); err == nil || !strings.Contains(err.Error(), `no object "no/such.jpg"`) {

@@ -79,6 +79,9 @@ type GenConfig struct {
 	// Content is what the files hold: ContentJPEG (the default) or
 	// ContentText.
 	Content string
+	// PutTimeout bounds each upload (0: none), so that a store that stops
+	// answering fails the run instead of hanging it.
+	PutTimeout time.Duration
 }
 
 // What generated files hold.
@@ -333,7 +336,7 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 					bounded.Add(1)
 				}
 				cfg.content(i, size, vocab, &buf)
-				if _, err := dst.Put(gctx, cfg.key(i), bytes.NewReader(buf.Bytes()), size); err != nil {
+				if err := put(gctx, dst, cfg.key(i), buf.Bytes(), size, cfg.PutTimeout); err != nil {
 					return fmt.Errorf("gen: %w", err)
 				}
 				total.Add(size)
@@ -343,4 +346,19 @@ func Generate(ctx context.Context, cfg GenConfig, dst Putter, progress *Progress
 	}
 	err := g.Wait()
 	return GenResult{Files: cfg.Files, Bytes: total.Load(), Elapsed: time.Since(start), Bounded: int(bounded.Load())}, err
+}
+
+// put uploads b (size bytes) under key, within timeout when it is positive.
+func put(ctx context.Context, dst Putter, key string, b []byte, size int64, timeout time.Duration) error {
+	pctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	_, err := dst.Put(pctx, key, bytes.NewReader(b), size)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("put %q: no answer within %s: %w", key, timeout, err)
+	}
+	return err
 }

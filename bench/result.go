@@ -107,8 +107,12 @@ type Latency struct {
 // Summary condenses a path's epochs into the score's inputs.
 type Summary struct {
 	SamplesPerEpoch int `json:"samples_per_epoch"`
+	// WarmEpochs counts the epochs after the first. With none, the warm
+	// figures (t_warm_s, t_io_warm_s, au_warm) repeat the cold epoch's:
+	// what score then assumes of every epoch.
+	WarmEpochs int `json:"warm_epochs"`
 	// TColdS is the first epoch's wall time; TWarmS the mean of the others
-	// (the first when there is only one).
+	// (the first when there is none).
 	TColdS float64 `json:"t_cold_s"`
 	TWarmS float64 `json:"t_warm_s"`
 	// TComputeS is one epoch's compute time alone.
@@ -254,7 +258,7 @@ func (p *PathResult) finish(probe ProbeInfo) {
 			au += e.AU
 		}
 		n := float64(len(eps) - 1)
-		s.TWarmS, s.TIOWarmS, s.AUWarm = wall/n, io/n, au/n
+		s.TWarmS, s.TIOWarmS, s.AUWarm, s.WarmEpochs = wall/n, io/n, au/n, len(eps)-1
 	}
 	s.IOFactor = IOFactor(len(eps), 1, s.TComputeS, s.TColdS, s.TWarmS)
 	p.Summary = s
@@ -291,16 +295,30 @@ func (p *PathResult) finish(probe ProbeInfo) {
 	}
 }
 
+// computeRatios compares each path with the first; warm_ratio is 0 where
+// either has no warm epoch.
 func (r *Result) computeRatios() {
+	r.Ratios = r.Ratios[:0]
 	if len(r.Paths) < 2 {
 		return
 	}
 	base := r.Paths[0]
 	for _, p := range r.Paths[1:] {
-		r.Ratios = append(r.Ratios, Ratio{Path: p.Path, Baseline: base.Path,
-			ColdRatio: safeDiv(p.Summary.TColdS, base.Summary.TColdS),
-			WarmRatio: safeDiv(p.Summary.TWarmS, base.Summary.TWarmS)})
+		q := Ratio{Path: p.Path, Baseline: base.Path, ColdRatio: safeDiv(p.Summary.TColdS, base.Summary.TColdS)}
+		if p.Summary.WarmEpochs > 0 && base.Summary.WarmEpochs > 0 {
+			q.WarmRatio = safeDiv(p.Summary.TWarmS, base.Summary.TWarmS)
+		}
+		r.Ratios = append(r.Ratios, q)
 	}
+}
+
+// Epochs counts the epochs measured, over all paths.
+func (r *Result) Epochs() int {
+	n := 0
+	for _, p := range r.Paths {
+		n += len(p.Epochs)
+	}
+	return n
 }
 
 // WriteJSON writes the result as indented JSON.

@@ -153,7 +153,9 @@ func AU(steps []Step) float64 {
 }
 
 // Run runs the protocol on each source in turn, epoch by epoch (A B A B
-// ...), so a comparison holds on a machine whose speed drifts.
+// ...), so a comparison holds on a machine whose speed drifts. When an
+// epoch (or the search for the most accelerators) fails, the result of the
+// epochs that completed comes back with the error; nil when none started.
 func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if len(sources) == 0 {
@@ -206,12 +208,8 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 				announced++
 			}
 		}
-		var bytes int64
-		for _, f := range files {
-			bytes += f.Size
-		}
 		states[i] = st
-		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files), Bytes: bytes,
+		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files), Bytes: fileBytes(files),
 			Readers: st.readers, ListS: time.Since(t0).Seconds(), Epochs: []EpochResult{}})
 	}
 	if cfg.Announce && announced == 0 && announceErr != nil {
@@ -221,6 +219,16 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		return nil, err
 	}
 
+	// summed completes res with what the epochs so far measured: a run
+	// that fails mid-way still reports the epochs it completed.
+	summed := func() *Result {
+		for i, st := range states {
+			res.Paths[i].Bytes = fileBytes(st.files)
+			res.Paths[i].finish(res.Probe)
+		}
+		res.computeRatios()
+		return res
+	}
 	readers := 0
 	for _, st := range states {
 		readers = max(readers, st.readers)
@@ -243,7 +251,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			if st.ctl != nil {
 				t0 := time.Now()
 				if err := st.ctl.announce(st.files, order); err != nil {
-					return nil, fmt.Errorf("run: epoch %d: %w", e, err)
+					return summed(), fmt.Errorf("run: epoch %d: %w", e, err)
 				}
 				announceS = time.Since(t0).Seconds()
 			}
@@ -252,27 +260,34 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 				workers: st.workers, batch: cfg.Batch, prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample,
 				maxSteps: cfg.MaxSteps, fileLevel: st.fileLevel, bufs: bufs}, cfg.Progress, label)
 			if err != nil {
-				return nil, fmt.Errorf("run: %s epoch %d: %w", st.src, e, err)
+				return summed(), fmt.Errorf("run: %s epoch %d: %w", st.src, e, err)
 			}
 			ep.Epoch = e
 			ep.AnnounceS = announceS
 			res.Paths[i].Epochs = append(res.Paths[i].Epochs, ep)
 		}
 	}
-	for i := range res.Paths {
-		res.Paths[i].finish(res.Probe)
-	}
+	summed()
 	if cfg.FindMaxAccelerators {
 		for i, st := range states {
 			m, err := findMax(ctx, cfg, st.src, st.files, st.workers, st.fileLevel, bufs, dropOK)
 			if err != nil {
-				return nil, fmt.Errorf("run: %s: find max accelerators: %w", st.src, err)
+				return res, fmt.Errorf("run: %s: find max accelerators: %w", st.src, err)
 			}
 			res.Paths[i].MaxAccelerators = m
 		}
 	}
-	res.computeRatios()
 	return res, nil
+}
+
+// fileBytes is the size of files: what a listing said, or, for files
+// listed without a size, what their reads found.
+func fileBytes(files []File) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.Size
+	}
+	return n
 }
 
 func shortName(s string) string {
@@ -403,9 +418,14 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 			return err
 		}
 		// A path that hands out fewer bytes than the file holds (a clean
-		// EOF too early) would look faster than it is. (A list without
-		// sizes gives 0: unknown.)
-		if f := p.files[i]; f.Size > 0 && n != f.Size {
+		// EOF too early) would look faster than it is. A list without
+		// sizes gives 0, unknown: the first read tells the size, for the
+		// report and for the next epochs' check. (Each file is read by one
+		// reader per epoch, and epochs follow one another.)
+		switch f := p.files[i]; {
+		case f.Size == 0:
+			p.files[i].Size = n
+		case n != f.Size:
 			return fmt.Errorf("%s: read %d bytes of a file of %d", f.Name, n, f.Size)
 		}
 		lat[id] = append(lat[id], time.Since(f0))

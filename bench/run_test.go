@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -338,5 +340,97 @@ func TestRunFailsOnShortRead(t *testing.T) {
 	_, err = Run(context.Background(), RunConfig{Workers: 2, Batch: 4, Epochs: 1, Seed: 1}, src)
 	if err == nil || !strings.Contains(err.Error(), files[7].Name) || !strings.Contains(err.Error(), fmt.Sprintf("of a file of %d", files[7].Size)) {
 		t.Fatalf("run over a path with a short read: %v, want an error naming %s", err, files[7].Name)
+	}
+}
+
+// failingSource fails every read after the first `after`.
+type failingSource struct {
+	Source
+	after int64
+	reads *atomic.Int64
+}
+
+func (s failingSource) ReadFile(ctx context.Context, f File, buf []byte) (int64, error) {
+	if s.reads.Add(1) > s.after {
+		return 0, fmt.Errorf("read %s: %w", f.Name, os.ErrPermission)
+	}
+	return s.Source.ReadFile(ctx, f, buf)
+}
+
+// TestRunKeepsCompletedEpochs: a read error in epoch 3 fails the run, and
+// the result of the epochs that completed comes back with the error, for
+// every path, ready to print.
+func TestRunKeepsCompletedEpochs(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 20)
+	src := failingSource{Source: DirSource{Root: dir}, after: 45, reads: new(atomic.Int64)} // epochs 1 and 2 read 40
+	res, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 4, Epochs: 4, Seed: 1}, DirSource{Root: dir}, src)
+	if err == nil || !strings.Contains(err.Error(), "epoch 3") {
+		t.Fatalf("err %v, want the read error of epoch 3", err)
+	}
+	if res == nil {
+		t.Fatal("no result of the completed epochs")
+	}
+	for i, want := range []int{3, 2} { // the first path completed epoch 3 before the second failed it
+		if p := res.Paths[i]; len(p.Epochs) != want || p.Summary.TColdS <= 0 {
+			t.Errorf("%s: %d epochs, summary %+v; want %d epochs summed up", p.Path, len(p.Epochs), p.Summary, want)
+		}
+	}
+	var tb bytes.Buffer
+	if err := res.WriteTable(&tb); err != nil || !strings.Contains(tb.String(), "T_cold") {
+		t.Errorf("table of a stopped run: %v\n%s", err, tb.String())
+	}
+}
+
+// TestRunOneEpochHasNoWarm: with one epoch there is no warm epoch: the
+// summary says so (warm_epochs 0), the table shows no T_warm, and the warm
+// figures score reads stay the cold ones (every epoch as cold as the first).
+func TestRunOneEpochHasNoWarm(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 20)
+	for _, tc := range []struct {
+		epochs, warm int
+		tableWarm    bool
+	}{{1, 0, false}, {2, 1, true}} {
+		t.Run(fmt.Sprintf("epochs %d", tc.epochs), func(t *testing.T) {
+			res, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 4, Epochs: tc.epochs, Seed: 1}, DirSource{Root: dir}, DirSource{Root: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := res.Paths[0].Summary
+			if s.WarmEpochs != tc.warm || s.TWarmS <= 0 || s.TIOWarmS <= 0 {
+				t.Errorf("summary %+v, want %d warm epoch(s) and warm times for score", s, tc.warm)
+			}
+			var js bytes.Buffer
+			res.WriteJSON(&js)
+			if !strings.Contains(js.String(), fmt.Sprintf(`"warm_epochs": %d`, tc.warm)) {
+				t.Errorf("JSON lacks warm_epochs %d", tc.warm)
+			}
+			// score reads it back, and says when it took the cold epoch for the warm ones.
+			back, err := ReadResult(&js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scores, err := Score(ScoreInput{Bench: back, Offers: []Offer{{Name: "o", Count: 1, PricePerHour: 1, ComputePerSampleS: 1e-6}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(scores[0].FIOSource, "no warm epoch"); got == tc.tableWarm || scores[0].TWarm <= 0 {
+				t.Errorf("score: F_io from %q, T_warm %v", scores[0].FIOSource, scores[0].TWarm)
+			}
+			var tb bytes.Buffer
+			if err := res.WriteTable(&tb); err != nil {
+				t.Fatal(err)
+			}
+			row := ""
+			for _, l := range strings.Split(tb.String(), "\n") {
+				if f := strings.Fields(l); len(f) > 5 && f[0] == shortName(dir) && !strings.Contains(l, "%") {
+					row = l // the summary row: no AU column
+				}
+			}
+			if hasWarm := !strings.Contains(row, "none"); hasWarm != tc.tableWarm || strings.Contains(tb.String(), "no warm epoch") == tc.tableWarm {
+				t.Errorf("T_warm shown: %v, want %v; table:\n%s", hasWarm, tc.tableWarm, tb.String())
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +45,15 @@ type Offers struct {
 	Offers   []Offer `yaml:"offers"`
 }
 
-// LoadOffers parses offers.yaml and checks each offer.
+// LoadOffers parses offers.yaml and checks each offer's values as score's
+// flags are checked, naming the offer and the field.
 func LoadOffers(r io.Reader) (Offers, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Offers{}, fmt.Errorf("offers: %w", err)
+	}
 	var o Offers
-	dec := yaml.NewDecoder(r)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&o); err != nil {
 		return Offers{}, fmt.Errorf("offers: %w", err)
@@ -55,15 +61,24 @@ func LoadOffers(r io.Reader) (Offers, error) {
 	if len(o.Offers) == 0 {
 		return Offers{}, errors.New("offers: no offers")
 	}
+	// Which offers set io_factor at all: an io_factor of 0 given is an
+	// error, as --io-factor 0 is, not an absent one.
+	var given struct {
+		Offers []map[string]any `yaml:"offers"`
+	}
+	if err := yaml.Unmarshal(data, &given); err != nil {
+		return Offers{}, fmt.Errorf("offers: %w", err)
+	}
 	for i, of := range o.Offers {
 		if of.Name == "" {
 			return Offers{}, fmt.Errorf("offers: offer %d has no name", i+1)
 		}
-		if of.Count <= 0 || of.PricePerHour <= 0 {
-			return Offers{}, fmt.Errorf("offers: %q: count and price_per_hour must be positive", of.Name)
+		hasIOFactor := false
+		if i < len(given.Offers) {
+			_, hasIOFactor = given.Offers[i]["io_factor"]
 		}
-		if of.PreemptionsPerHour > 0 && of.CheckpointIntervalH <= 0 {
-			return Offers{}, fmt.Errorf("offers: %q: preemptions_per_hour needs checkpoint_interval_h", of.Name)
+		if err := of.check(hasIOFactor); err != nil {
+			return Offers{}, fmt.Errorf("offers: %q: %w", of.Name, err)
 		}
 		if _, err := of.perSample(); err != nil {
 			return Offers{}, fmt.Errorf("offers: %w", err)
@@ -73,6 +88,32 @@ func LoadOffers(r io.Reader) (Offers, error) {
 		o.Currency = "USD"
 	}
 	return o, nil
+}
+
+// check refuses values the formulas cannot use (a negative rate or time),
+// and an io_factor outside (0, 1] when given, as score's flags do.
+func (o Offer) check(hasIOFactor bool) error {
+	switch {
+	case o.Count < 1:
+		return fmt.Errorf("count %d: want at least 1", o.Count)
+	case o.PricePerHour <= 0:
+		return fmt.Errorf("price_per_hour %v: want more than 0", o.PricePerHour)
+	case hasIOFactor && (o.IOFactor <= 0 || o.IOFactor > 1):
+		return fmt.Errorf("io_factor %v: want a value in (0, 1]", o.IOFactor)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"preemptions_per_hour", o.PreemptionsPerHour}, {"checkpoint_interval_h", o.CheckpointIntervalH},
+		{"checkpoint_write_s", o.CheckpointWriteS}, {"restart_s", o.RestartS}, {"compute_per_sample_s", o.ComputePerSampleS}} {
+		if f.v < 0 {
+			return fmt.Errorf("%s %v: want 0 or more", f.name, f.v)
+		}
+	}
+	if o.PreemptionsPerHour > 0 && o.CheckpointIntervalH <= 0 {
+		return errors.New("preemptions_per_hour needs checkpoint_interval_h")
+	}
+	return nil
 }
 
 func (o Offer) perSample() (float64, error) {
@@ -121,6 +162,11 @@ type OfferScore struct {
 	SamplesPerCurrency float64
 	Rank               int
 }
+
+// Usable reports whether the offer makes progress at all: with X_eff = 0
+// (goodput 0: preempted faster than it checkpoints) it has no cost per
+// sample, which must not read as free.
+func (s OfferScore) Usable() bool { return s.XEff > 0 }
 
 // Goodput is g = 1 - d/t - p*(R + t/2): the share of paid time that
 // advances training, with a checkpoint of d hours every t hours, p
@@ -202,6 +248,9 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 			ioWarm := pr.Summary.TIOWarmS / n * float64(in.Samples)
 			s.TCold, s.TWarm = max(s.TCompute, ioCold), max(s.TCompute, ioWarm)
 			s.FIO, s.FIOSource = IOFactor(in.Epochs, in.ColdEpochs, s.TCompute, s.TCold, s.TWarm), pr.Path
+			if len(pr.Epochs) == 1 { // its summary repeats the cold epoch as the warm one
+				s.FIOSource += ", no warm epoch: warm taken as cold"
+			}
 		default:
 			return nil, fmt.Errorf("score: %q: no I/O factor: give --bench, --io-factor, or io_factor in the offer", o.Name)
 		}
@@ -218,11 +267,10 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 		out = append(out, s)
 	}
 	sort.SliceStable(out, func(a, b int) bool {
-		ca, cb := out[a].CostPer1M, out[b].CostPer1M
-		if (ca == 0) != (cb == 0) {
-			return cb == 0 // unusable offers last
+		if ua, ub := out[a].Usable(), out[b].Usable(); ua != ub {
+			return ua // unusable offers last
 		}
-		return ca < cb
+		return out[a].CostPer1M < out[b].CostPer1M
 	})
 	for i := range out {
 		out[i].Rank = i + 1
@@ -257,16 +305,25 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, epochs, 
 		if s.Spot {
 			spot = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%.4g\t%.3f\t%.0f\t\n", s.Rank, s.Name, s.Count, s.GPU,
-			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, s.CostPerEpoch, s.CostPer1M, s.SamplesPerCurrency)
+		// No cost for an offer that makes no progress: a 0 would read as free.
+		perEpoch, per1M, perUnit := "-", "-", "-"
+		if s.Usable() {
+			perEpoch, per1M, perUnit = fmt.Sprintf("%.4g", s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t\n", s.Rank, s.Name, s.Count, s.GPU,
+			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, perEpoch, per1M, perUnit)
 	}
 	tw.Flush()
 	fmt.Fprintf(ew, "\nformulas (E = %d epochs, k = %d cold, N = %d samples/epoch):\n", epochs, cold, samples)
 	fmt.Fprintln(ew, "  F_io = E*T_compute / (k*T_cold + (E-k)*T_warm)    g = 1 - d/t - p*(R + t/2)")
 	fmt.Fprintln(ew, "  X_eff = X_compute * F_io * g    cost/1M = P_hour*1e6 / (3600*X_eff)")
 	for _, s := range scores {
+		name := s.Name
+		if !s.Usable() {
+			name += ": unusable, X_eff = 0 (no progress, so no cost per sample)"
+		}
 		fmt.Fprintf(ew, "  %s: T_compute %s, T_cold %s, T_warm %s, F_io %.4f (%s); d %.0fs, t %.2gh, p %.3g/h, R %.3gh -> g %.4f\n",
-			s.Name, fmtSec(s.TCompute), fmtSec(s.TCold), fmtSec(s.TWarm), s.FIO, s.FIOSource,
+			name, fmtSec(s.TCompute), fmtSec(s.TCold), fmtSec(s.TWarm), s.FIO, s.FIOSource,
 			s.CheckpointWriteS, s.CheckpointIntervalH, s.PreemptionsPerHour, s.RestartH, s.Goodput)
 	}
 	return ew.err

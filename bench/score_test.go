@@ -219,3 +219,69 @@ func TestScoreNoColdEpoch(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreUnusableOffer: an offer whose goodput is 0 (preempted more
+// often than it can checkpoint) costs nothing per sample only because it
+// makes none: it shows no cost and ranks last, below dearer usable offers.
+func TestScoreUnusableOffer(t *testing.T) {
+	offers := []Offer{
+		{Name: "always preempted", GPU: "A100", Count: 8, PricePerHour: 1, Spot: true, Profile: "resnet50-a100", PreemptionsPerHour: 50, CheckpointIntervalH: 1},
+		{Name: "on demand", GPU: "A100", Count: 8, PricePerHour: 30, Profile: "resnet50-a100"},
+	}
+	scores, err := Score(ScoreInput{Offers: offers, IOFactor: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scores[0].Name != "on demand" || scores[1].Name != "always preempted" || scores[1].Usable() || !scores[0].Usable() {
+		t.Fatalf("ranking %s (usable %v), %s (usable %v); want the preempted offer last and unusable",
+			scores[0].Name, scores[0].Usable(), scores[1].Name, scores[1].Usable())
+	}
+	var out bytes.Buffer
+	if err := WriteScoreTable(&out, scores, "USD", 90, 1, 1281167); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "2 ") {
+			continue
+		}
+		f := strings.Fields(l)
+		if got := strings.Join(f[len(f)-3:], " "); got != "- - -" {
+			t.Errorf("unusable offer's costs and score %q, want - - -:\n%s", got, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "always preempted: unusable") {
+		t.Errorf("the formulas do not say why the offer is unusable:\n%s", out.String())
+	}
+}
+
+// TestLoadOffersRejectsValues: the offers file's numbers are checked as the
+// flags are, with the offer and the field named.
+func TestLoadOffersRejectsValues(t *testing.T) {
+	const base = "offers:\n- {name: o, count: 1, price_per_hour: 1, profile: resnet50-a100, checkpoint_interval_h: 1, %s}\n"
+	for _, c := range []struct{ field, want string }{
+		{"io_factor: 2", `"o": io_factor 2: want a value in (0, 1]`},
+		{"io_factor: -0.5", `"o": io_factor -0.5: want a value in (0, 1]`},
+		{"io_factor: 0", `"o": io_factor 0: want a value in (0, 1]`},
+		{"preemptions_per_hour: -1", `"o": preemptions_per_hour -1: want 0 or more`},
+		{"checkpoint_write_s: -5", `"o": checkpoint_write_s -5: want 0 or more`},
+		{"restart_s: -1", `"o": restart_s -1: want 0 or more`},
+		{"compute_per_sample_s: -0.001", `"o": compute_per_sample_s -0.001: want 0 or more`},
+		{"count: 0", `"o": count 0: want at least 1`},
+	} {
+		t.Run(c.field, func(t *testing.T) {
+			y := strings.Replace(base, "%s", c.field, 1)
+			if strings.HasPrefix(c.field, "count") {
+				y = strings.Replace(y, "count: 1, ", "", 1)
+			}
+			_, err := LoadOffers(strings.NewReader(y))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want one saying %q", err, c.want)
+			}
+		})
+	}
+	for _, ok := range []string{"io_factor: 1", "io_factor: 0.85", "preemptions_per_hour: 0", "restart_s: 0"} {
+		if _, err := LoadOffers(strings.NewReader(strings.Replace(base, "%s", ok, 1))); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

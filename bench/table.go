@@ -47,8 +47,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if b.Binding != "" {
 			binding, ratio = b.Binding, fmt.Sprintf("%.2fx", b.Ratio)
 		}
+		warm := "none" // one epoch: no warm one to show
+		if s.WarmEpochs > 0 {
+			warm = fmtSec(s.TWarmS)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t\n", name(pr.Path), pr.Files, float64(pr.Bytes)/1e9,
-			fmtSec(s.TColdS), fmtSec(s.TWarmS), fmtSec(s.TComputeS), s.IOFactor,
+			fmtSec(s.TColdS), warm, fmtSec(s.TComputeS), s.IOFactor,
 			orDash(b.BandwidthS, fmtSec), orDash(b.LatencyS, fmtSec), binding, ratio)
 	}
 	tw.Flush()
@@ -56,7 +60,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if len(r.Ratios) > 0 {
 		fmt.Fprintln(ew, "\nepoch time relative to", r.Ratios[0].Baseline+":")
 		for _, q := range r.Ratios {
-			fmt.Fprintf(ew, "  %s: cold %.2fx, warm %.2fx\n", q.Path, q.ColdRatio, q.WarmRatio)
+			warm := "no warm epoch"
+			if q.WarmRatio > 0 {
+				warm = fmt.Sprintf("warm %.2fx", q.WarmRatio)
+			}
+			fmt.Fprintf(ew, "  %s: cold %.2fx, %s\n", q.Path, q.ColdRatio, warm)
 		}
 	}
 	for _, pr := range r.Paths {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dataccel/dataccel/bench"
+	"github.com/dataccel/dataccel/store"
 	"github.com/dataccel/dataccel/store/s3"
 )
 
@@ -32,16 +34,38 @@ directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
 // benchS3 holds the flags that reach a bucket. Credentials come from where
 // the mount finds them (s3Flags.credentials), never from a flag: a secret
 // on the command line is visible to every user through ps.
-type benchS3 struct{ endpoint, region string }
+type benchS3 struct {
+	endpoint, region string
+	// The mount's bounds on waiting for the store: a check at start, then
+	// each request's first byte and progress, and each operation.
+	connectTimeout, ioTimeout, stallTimeout time.Duration
+}
 
 func (b *benchS3) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&b.endpoint, "endpoint", "", "S3 endpoint URL for s3:// paths, http:// or https:// (default: AWS S3; path-style when set)")
-	cmd.Flags().StringVar(&b.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
+	fl := cmd.Flags()
+	fl.StringVar(&b.endpoint, "endpoint", "", "S3 endpoint URL for s3:// paths, http:// or https:// (default: AWS S3; path-style when set)")
+	fl.StringVar(&b.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
+	fl.DurationVar(&b.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
+	fl.DurationVar(&b.ioTimeout, "io-timeout", time.Minute, "how long one request to the store may take, retries included, before the command fails")
+	fl.DurationVar(&b.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a GET with no first byte, or a body slower than 6.5 KB/s (64 KiB in 10 s), for this long")
+}
+
+// validate refuses the values the mount refuses.
+func (b *benchS3) validate() error {
+	if b.connectTimeout <= 0 {
+		return usageError{fmt.Errorf("--connect-timeout %s: must be positive", b.connectTimeout)}
+	}
+	if b.ioTimeout <= 0 || b.stallTimeout <= 0 {
+		return usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", b.ioTimeout, b.stallTimeout)}
+	}
+	return nil
 }
 
 // benchStoreFromURL builds a store for s3://bucket[/prefix] and returns it
-// with the prefix ("" or ending in "/"). It does not contact the server.
-func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int) (*s3.Store, string, error) {
+// with the prefix ("" or ending in "/"), once the bucket answered within
+// --connect-timeout (as mount and warm check it). With create, a missing
+// bucket is made.
+func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int, create bool) (*s3.Store, string, error) {
 	bucket, prefix, err := parseS3URL(raw)
 	if err != nil {
 		return nil, "", err
@@ -49,7 +73,7 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int)
 	// The mount's resolution of region, path style and credentials; bench's
 	// --profile names a GPU profile, so the AWS profile comes from
 	// $AWS_PROFILE only.
-	cfg, _, err := (&s3Flags{endpoint: f.endpoint, region: f.region, pathStyle: "auto"}).config(ctx, bucket)
+	cfg, creds, err := (&s3Flags{endpoint: f.endpoint, region: f.region, pathStyle: "auto"}).config(ctx, bucket)
 	if err != nil {
 		return nil, "", err
 	}
@@ -58,7 +82,25 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int)
 	if err != nil {
 		return nil, "", usageError{err}
 	}
+	err = checkStore(ctx, st, cfg, creds, f.connectTimeout)
+	if create && errors.Is(err, store.ErrNoBucket) {
+		mctx, cancel := context.WithTimeout(ctx, f.ioTimeout)
+		defer cancel()
+		if err = st.MakeBucket(mctx); errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: no answer within %s (--io-timeout)", err, f.ioTimeout)
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
 	return st, prefix, nil
+}
+
+// benchSource reads st with the mount's retries and timeouts: a store that
+// stalls or stops answering mid-run fails it within --io-timeout.
+func benchSource(st *s3.Store, prefix, label string, f benchS3) bench.StoreSource {
+	retrying := store.NewRetrying(st, store.RetryOptions{IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout})
+	return bench.StoreSource{Store: retrying, Prefix: prefix, Label: label}
 }
 
 // benchProgress draws bars on stderr: redrawn on a terminal, plain lines otherwise.
@@ -114,14 +156,14 @@ func newBenchGenCmd() *cobra.Command {
 			}
 			var dst bench.Putter = bench.DirPutter{Root: to}
 			if strings.HasPrefix(to, "s3://") {
-				st, prefix, err := benchStoreFromURL(cmd.Context(), to, s3f, cfg.Concurrency)
+				if err := s3f.validate(); err != nil {
+					return err
+				}
+				st, prefix, err := benchStoreFromURL(cmd.Context(), to, s3f, cfg.Concurrency, true)
 				if err != nil {
 					return err
 				}
-				if err := st.MakeBucket(cmd.Context()); err != nil {
-					return err
-				}
-				cfg.Prefix, dst = prefix, st
+				cfg.Prefix, dst, cfg.PutTimeout = prefix, st, s3f.ioTimeout
 			}
 			res, err := bench.Generate(cmd.Context(), cfg, dst, benchProgress(quiet))
 			if err != nil {
@@ -230,39 +272,67 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 					return usageError{fmt.Errorf("--files-from %s: %w", filesFrom, err)}
 				}
 			}
+			if err := s3f.validate(); err != nil {
+				return err
+			}
 			cfg.Probe = !noProbe
 			cfg.Progress = benchProgress(quiet)
 			cfg.Logger = logger
+			// The outputs are made now: a path that cannot be written would
+			// otherwise only show after every epoch ran.
+			var outputs []benchOutput
+			for _, o := range []benchOutput{{flag: "json", path: jsonFile}, {flag: "html", path: htmlFile}} {
+				if o.path == "" {
+					continue
+				}
+				var err error
+				if o.remove, err = checkOutput(o.path); err != nil {
+					removeOutputs(outputs)
+					return usageError{fmt.Errorf("--%s %s: %w", o.flag, o.path, err)}
+				}
+				outputs = append(outputs, o)
+			}
 			var sources []bench.Source
 			for _, a := range args {
 				if !strings.HasPrefix(a, "s3://") {
 					if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
+						removeOutputs(outputs)
 						return usageError{fmt.Errorf("%s: not a directory or s3:// URL", a)}
 					}
 					sources = append(sources, bench.DirSource{Root: a})
 					continue
 				}
-				st, prefix, err := benchStoreFromURL(cmd.Context(), a, s3f, cfg.Concurrency)
+				st, prefix, err := benchStoreFromURL(cmd.Context(), a, s3f, cfg.Concurrency, false)
 				if err != nil {
+					removeOutputs(outputs)
 					return err
 				}
-				sources = append(sources, bench.StoreSource{Store: st, Prefix: prefix, Label: a})
+				sources = append(sources, benchSource(st, prefix, a, s3f))
 			}
 			res, err := bench.Run(ctx, cfg, sources...)
 			if err != nil {
+				// A run stopped mid-way still shows the epochs it
+				// completed; its files are not written, so that no
+				// partial result passes for a whole one.
+				removeOutputs(outputs)
+				if res != nil && res.Epochs() > 0 {
+					if terr := res.WriteTable(cmd.OutOrStdout()); terr != nil {
+						return errors.Join(err, terr)
+					}
+				}
 				return err
 			}
-			if jsonFile != "" {
-				if err := writeFile(jsonFile, res.WriteJSON); err != nil {
-					return err
+			// The tables first, and each output whatever became of the
+			// others: one that fails loses nothing else.
+			werr := res.WriteTable(cmd.OutOrStdout())
+			for _, o := range outputs {
+				write := res.WriteJSON
+				if o.flag == "html" {
+					write = res.WriteHTML
 				}
+				werr = errors.Join(werr, writeFile(o.path, write))
 			}
-			if htmlFile != "" {
-				if err := writeFile(htmlFile, res.WriteHTML); err != nil {
-					return err
-				}
-			}
-			return res.WriteTable(cmd.OutOrStdout())
+			return werr
 		},
 	}
 	fl := cmd.Flags()
@@ -292,6 +362,35 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	s3f.register(cmd)
 	return cmd
+}
+
+// benchOutput is a report file bench run writes (--json, --html); remove
+// undoes its check.
+type benchOutput struct {
+	flag, path string
+	remove     func()
+}
+
+// checkOutput makes sure path can be written by opening it for writing,
+// without changing what it holds; remove deletes what the check created.
+func checkOutput(path string) (remove func(), err error) {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	if errors.Is(statErr, fs.ErrNotExist) {
+		return func() { os.Remove(path) }, nil
+	}
+	return func() {}, nil
+}
+
+// removeOutputs deletes the files the checks created, for a run that writes none.
+func removeOutputs(outputs []benchOutput) {
+	for _, o := range outputs {
+		o.remove()
+	}
 }
 
 // writeFile writes through write to path, reporting a failed close (a full

@@ -146,23 +146,43 @@ func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Dur
 	if err != nil {
 		return nil, usageError{err}
 	}
+	if err := checkStore(ctx, st, cfg, creds, timeout); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// checkStore checks within timeout that the bucket of st (built from cfg,
+// with keys from creds) answers, turning the failure into a message a user
+// can act on. A missing bucket's error is store.ErrNoBucket, for callers
+// that create it.
+func checkStore(ctx context.Context, st *s3.Store, cfg s3.Config, creds string, timeout time.Duration) error {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = st.Check(cctx)
+	err := st.Check(cctx)
 	where := cfg.Endpoint
 	if where == "" {
 		where = "AWS S3"
 	}
 	switch {
 	case err == nil:
-		return st, nil
+		return nil
 	case errors.Is(err, store.ErrNoBucket):
-		return nil, fmt.Errorf("bucket %q does not exist at %s", bucket, where)
+		return noBucketError{bucket: cfg.Bucket, where: where}
 	case errors.Is(err, store.ErrAccess):
-		return nil, fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", bucket, where, creds, err)
+		return fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", cfg.Bucket, where, creds, err)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return nil, fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
+		return fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
 	default:
-		return nil, fmt.Errorf("endpoint %s unreachable or failing: %w", where, err)
+		return fmt.Errorf("endpoint %s unreachable or failing: %w", where, err)
 	}
 }
+
+// noBucketError says which bucket is missing where; it is store.ErrNoBucket.
+type noBucketError struct{ bucket, where string }
+
+func (e noBucketError) Error() string {
+	return fmt.Sprintf("bucket %q does not exist at %s", e.bucket, e.where)
+}
+
+func (e noBucketError) Unwrap() error { return store.ErrNoBucket }

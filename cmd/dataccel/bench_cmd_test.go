@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+)
+
+// runBench runs the binary with the test server's credentials and returns
+// its output and exit code; a run past limit is killed and reported as -1.
+func runBench(t *testing.T, limit time.Duration, args ...string) (string, int, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey, "AWS_SESSION_TOKEN=")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if ctx.Err() != nil {
+		return string(out), -1, took
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode(), took
+	}
+	if err != nil {
+		t.Fatalf("dataccel %v: %v", args, err)
+	}
+	return string(out), 0, took
+}
+
+// silentEndpoint accepts TCP connections and never answers a byte.
+func silentEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestBenchEndpointNeverAnswers: bench run and bench gen against an
+// endpoint that takes connections and never answers fail within
+// --connect-timeout (default 10 s), as mount and warm do, instead of
+// hanging without a word.
+func TestBenchEndpointNeverAnswers(t *testing.T) {
+	endpoint := silentEndpoint(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"run", []string{"bench", "run", "s3://bkt/p", "--batch", "50", "--epochs", "1", "--compute-per-sample", "1ms", "--endpoint", endpoint}},
+		{"gen", []string{"bench", "gen", "-q", "--to", "s3://bkt/p", "-n", "5", "--endpoint", endpoint}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, code, took := runBench(t, 40*time.Second, tc.args...)
+			if code == -1 {
+				t.Fatalf("still running after %s; output:\n%s", took.Round(time.Second), out)
+			}
+			if code == 0 || !strings.Contains(out, "unreachable: no answer within 10s") || took > 20*time.Second {
+				t.Fatalf("exit %d after %s, want a non-zero exit within the connect timeout saying no answer; output:\n%s", code, took.Round(time.Millisecond), out)
+			}
+		})
+	}
+}
+
+// TestBenchStalledStore: an endpoint that answers the check and then stalls
+// GETs (run) or PUTs (gen) costs a bounded wait (--stall-timeout,
+// --io-timeout), not a hang.
+func TestBenchStalledStore(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "run/", 8, 4<<10)
+	for _, tc := range []struct {
+		name, method, want string
+		args               []string
+	}{
+		// The prefix's objects stall, not the listing under the bucket.
+		{"run", "GET", "gave up after retries (io timeout 1s)", []string{"bench", "run", "-q", "s3://" + st.Bucket() + "/run", "--batch", "4", "--epochs", "1",
+			"--compute-per-sample", "1ms", "--no-probe"}},
+		{"gen", "PUT", "no answer within 1s", []string{"bench", "gen", "-q", "--to", "s3://" + st.Bucket() + "/gen", "-n", "5", "--classes", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fp := faultProxy(t)
+			fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: tc.method, PathContains: "/" + st.Bucket() + "/" + tc.name, Stall: time.Minute})
+			args := append(tc.args, "--endpoint", fp.Endpoint, "--io-timeout", "1s", "--stall-timeout", "300ms")
+			out, code, took := runBench(t, 40*time.Second, args...)
+			if code == -1 {
+				t.Fatalf("still running after %s; output:\n%s", took.Round(time.Second), out)
+			}
+			if code == 0 || !strings.Contains(out, tc.want) || took > 15*time.Second {
+				t.Fatalf("exit %d after %s, want a non-zero exit within seconds saying %q; output:\n%s", code, took.Round(time.Millisecond), tc.want, out)
+			}
+		})
+	}
+}
+
+// TestBenchRunOutputFiles: an output file that cannot be created is a usage
+// error before any epoch runs; one that fails at the end (a full disk)
+// still leaves the tables printed.
+func TestBenchRunOutputFiles(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, f := range []string{"a/1.jpg", "a/2.jpg", "b/3.jpg", "b/4.jpg"} {
+		p := filepath.Join(data, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, make([]byte, 1000), 0o644)
+	}
+	run := []string{"bench", "run", "-q", data, "--batch", "2", "--epochs", "2", "--compute-per-sample", "1ms"}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantMsg    string
+		wantTables bool
+	}{
+		{"json dir missing", []string{"--json", "/nonexistdir/r.json"}, 2, "--json /nonexistdir/r.json: open /nonexistdir/r.json: no such file or directory", false},
+		{"html dir missing", []string{"--html", "/nonexistdir/r.html"}, 2, "--html /nonexistdir/r.html", false},
+		{"json full at the end", []string{"--json", "/dev/full"}, 1, "/dev/full: write json: write /dev/full: no space left on device", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code, _ := runBench(t, 60*time.Second, append(run, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(out, tc.wantMsg) {
+				t.Fatalf("exit %d, want %d saying %q; output:\n%s", code, tc.wantCode, tc.wantMsg, out)
+			}
+			if got := strings.Contains(out, "T_cold"); got != tc.wantTables {
+				t.Fatalf("tables printed: %v, want %v; output:\n%s", got, tc.wantTables, out)
+			}
+		})
+	}
+	if _, err := os.Stat("/nonexistdir"); err == nil {
+		t.Error("/nonexistdir was made")
+	}
+}
+
+// TestBenchRunAbortKeepsEpochs: a run that fails in its second epoch still
+// prints the first epoch's tables beside the error.
+func TestBenchRunAbortKeepsEpochs(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "ds/", 20, 4<<10)
+	fp := faultProxy(t)
+	// Epoch 1 reads the 20 objects; the 25th GET of an object, in epoch
+	// 2, stalls past --io-timeout and fails the run.
+	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "/" + st.Bucket() + "/ds/", Every: 25, Stall: time.Minute})
+	out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "s3://"+st.Bucket()+"/ds", "--batch", "4", "--epochs", "3",
+		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms")
+	if code != 1 || !strings.Contains(out, "epoch 2:") || !strings.Contains(out, "T_cold") {
+		t.Fatalf("exit %d, want 1 with epoch 1's tables and epoch 2's error; output:\n%s", code, out)
+	}
+	var epochRows int
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && strings.HasPrefix(f[0], "s3://") && (f[1] == "1" || f[1] == "2" || f[1] == "3") {
+			epochRows++
+		}
+	}
+	if epochRows != 1 {
+		t.Errorf("%d epoch rows, want 1 (the completed epoch); output:\n%s", epochRows, out)
+	}
+}
+
+// TestScoreOffersValidated: the offers file's values are checked as the
+// flags are, naming the offer and the field.
+func TestScoreOffersValidated(t *testing.T) {
+	const base = "offers:\n- {name: big, count: 1, price_per_hour: 1, profile: resnet50-a100, checkpoint_interval_h: 1, %s}\n"
+	for _, tc := range []struct{ field, want string }{
+		{"io_factor: 2", `"big": io_factor 2: want a value in (0, 1]`},
+		{"io_factor: -0.5", `"big": io_factor -0.5: want a value in (0, 1]`},
+		{"preemptions_per_hour: -1", `"big": preemptions_per_hour -1: want 0 or more`},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "offers.yaml")
+			os.WriteFile(f, []byte(strings.Replace(base, "%s", tc.field, 1)), 0o644)
+			out, code, _ := runBench(t, 30*time.Second, "score", "--offers", f, "--io-factor", "0.9")
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want an error saying %q; output:\n%s", code, tc.want, out)
+			}
+		})
+	}
+}
