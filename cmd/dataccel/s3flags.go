@@ -171,6 +171,10 @@ func checkStore(ctx context.Context, st *s3.Store, cfg s3.Config, creds string, 
 		return noBucketError{bucket: cfg.Bucket, where: where}
 	case errors.Is(err, store.ErrAccess):
 		return fmt.Errorf("access to bucket %q at %s denied: check the credentials (%s): %w", cfg.Bucket, where, creds, err)
+	case errors.Is(err, store.ErrRefused):
+		// The endpoint answered: a wrong --region (a 301 or a 400 naming
+		// the region), or a request it does not take.
+		return fmt.Errorf("bucket %q at %s refused the request (check --region and --path-style): %w", cfg.Bucket, where, err)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
 	default:
