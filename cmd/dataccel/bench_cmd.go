@@ -151,6 +151,9 @@ func newBenchGenCmd() *cobra.Command {
 			if cfg.Files <= 0 || cfg.Classes <= 0 {
 				return usageError{errors.New("-n and --classes must be positive")}
 			}
+			if cfg.Concurrency < 1 {
+				return usageError{fmt.Errorf("--concurrency %d: want at least 1", cfg.Concurrency)}
+			}
 			if err := cfg.Validate(); err != nil { // before the bucket is made
 				return usageError{err}
 			}

@@ -278,6 +278,7 @@ func TestBenchGenSizeErrors(t *testing.T) {
 			[]string{"--mean-size", "300000", "--min-size", "1000", "--max-size", "200000"}},
 		{"bounds crossed", "bad size bounds [5000, 4000]", []string{"--mean-size", "4500", "--min-size", "5000", "--max-size", "4000"}},
 		{"unknown content", `content "png": want jpeg or text`, []string{"--content", "png"}},
+		{"no uploads at a time", "--concurrency -5: want at least 1", []string{"--concurrency", "-5"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ds")
