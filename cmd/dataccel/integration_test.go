@@ -283,6 +283,33 @@ func TestEmptyMountWarns(t *testing.T) {
 	}
 }
 
+// TestManifestRedated: a relisting that finds nothing new makes the
+// listings younger, and the manifest says so: a remount after the first
+// listing's TTL but within the relisting's does no LIST. (The manifest kept
+// the first listing's date, since no generation changed, and every remount
+// after one TTL listed everything again.)
+func TestManifestRedated(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 20, 4<<10)
+	cacheDir := t.TempDir()
+	const ttl = 6 * time.Second
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl.String(), "s3://" + st.Bucket() + "/ds"}
+	listed := time.Now()
+	m := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	first := m.stats(t)["store_requests_list_total"]
+	// The background relisting, in the last quarter of the TTL.
+	waitFor(t, 2*ttl, func() bool { return m.stats(t)["store_requests_list_total"] >= 2*first })
+	m.unmount(t)
+	time.Sleep(time.Until(listed.Add(ttl + 500*time.Millisecond)))
+
+	m2 := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m2.dir, files)
+	if n := m2.stats(t)["store_requests_list_total"]; n != 0 {
+		t.Fatalf("%d LISTs on a remount within the TTL of the last relisting", n)
+	}
+}
+
 // TestPurgeForgetsListings: `cache purge` deletes the saved listings with
 // the blocks: a remount after it lists the store again and sees an object
 // added since (the manifest outlived the purge, and the remount showed the

@@ -201,7 +201,7 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	}
 	// The memory limit follows --ram-cache-size: a bound over the memory
 	// there is lets the cache grow until the kernel kills the mount.
-	if p.ramBytes+memRoom > mem {
+	if ram != "" && p.ramBytes+memRoom > mem { // the default is a tenth of it
 		p.warnings = append(p.warnings, fmt.Sprintf("--ram-cache-size %s leaves less than %s of this machine's (or container's) memory, %s: "+
 			"the mount would run out of memory before its cache fills; give less, or a share (50%%)",
 			ram, humanBytes(memRoom), humanBytes(mem)))
@@ -321,8 +321,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if err := fuse.CheckMountpoint(dir); err != nil {
 		return err
 	}
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
-		logger.Warn("the mountpoint is not empty: the mount hides what is in it until it ends", "mountpoint", dir, "entries", len(ents))
+	if d, err := os.Open(dir); err == nil {
+		if names, _ := d.Readdirnames(1); len(names) > 0 { // one name tells; a large volume needs no full read
+			logger.Warn("the mountpoint is not empty: the mount hides what is in it until it ends", "mountpoint", dir)
+		}
+		d.Close()
 	}
 	if f.readyFile != "" {
 		if fi, err := os.Stat(filepath.Dir(f.readyFile)); err != nil || !fi.IsDir() {
@@ -503,7 +506,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	bgWork.Go(func() { warnIfEmpty(bg, logger, m.FS, raw, p.bucket, p.prefix) })
 	if manifestPath != "" {
 		src := manifestSource{endpoint: f.s3.endpoint, bucket: p.bucket, prefix: p.prefix}
-		bgWork.Go(func() { saveManifests(bg, logger, m.FS, preload != nil, manifestPath, src, 2*time.Second) })
+		var preloaded *time.Time
+		if preload != nil {
+			preloaded = &preloadListed
+		}
+		bgWork.Go(func() { saveManifests(bg, logger, m.FS, preloaded, manifestPath, src, 2*time.Second, f.metadataTTL) })
 	}
 	if p.prefetchListPaths != nil {
 		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {
@@ -661,16 +668,25 @@ type manifestSource struct{ endpoint, bucket, prefix string }
 // once more when ctx ends (unmount) if anything changed. Directories are
 // listed on demand only, never walked in the background: a job that reads
 // one subtree of a large bucket lists that subtree alone.
-func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, preloaded bool, path string, src manifestSource, quiet time.Duration) {
+//
+// A relisting that finds nothing new changes no generation, but makes the
+// listings younger: the manifest is saved again once its date would move by
+// a quarter of ttl (at unmount, by anything), or a remount would find it
+// older than ttl and list every directory again. preloaded is the date of
+// the manifest the mount started from, nil for none.
+func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, preloaded *time.Time, path string, src manifestSource,
+	quiet, ttl time.Duration) {
 	// Generation 1 is the preload, installed before the mount served: on
 	// disk already. Listings made since are not.
 	saved := uint64(0)
-	if preloaded {
-		saved = 1
+	var savedListed time.Time
+	if preloaded != nil {
+		saved, savedListed = 1, *preloaded
 	}
-	save := func() {
+	save := func(final bool) {
 		dirs, gen, listed := fsys.Snapshot()
-		if gen == saved {
+		younger := listed.Sub(savedListed)
+		if gen == saved && !(younger > 0 && (final || younger >= ttl/4)) {
 			return
 		}
 		// Created is when the oldest listing was made: the next mount
@@ -684,7 +700,7 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 			logger.Warn("namespace manifest not saved", "err", err)
 			return
 		}
-		saved = gen
+		saved, savedListed = gen, m.Created
 		logger.Debug("namespace manifest saved", "directories", nDirs, "files", nFiles)
 	}
 	t := time.NewTicker(quiet)
@@ -693,11 +709,11 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 	for {
 		select {
 		case <-ctx.Done():
-			save()
+			save(true)
 			return
 		case <-t.C:
 			if gen := fsys.Generation(); gen == last {
-				save()
+				save(false)
 			} else {
 				last = gen
 			}
