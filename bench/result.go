@@ -304,6 +304,9 @@ func (r *Result) computeRatios() {
 	}
 	base := r.Paths[0]
 	for _, p := range r.Paths[1:] {
+		if len(base.Epochs) == 0 || len(p.Epochs) == 0 {
+			continue // a run that failed before this path's first epoch: no time to compare
+		}
 		q := Ratio{Path: p.Path, Baseline: base.Path, ColdRatio: safeDiv(p.Summary.TColdS, base.Summary.TColdS)}
 		if p.Summary.WarmEpochs > 0 && base.Summary.WarmEpochs > 0 {
 			q.WarmRatio = safeDiv(p.Summary.TWarmS, base.Summary.TWarmS)

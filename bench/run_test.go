@@ -380,6 +380,18 @@ func TestRunKeepsCompletedEpochs(t *testing.T) {
 	if err := res.WriteTable(&tb); err != nil || !strings.Contains(tb.String(), "T_cold") {
 		t.Errorf("table of a stopped run: %v\n%s", err, tb.String())
 	}
+
+	// A path that failed in its first epoch has no time: not 0 s (which
+	// read as the fastest), and no ratio.
+	first := failingSource{Source: DirSource{Root: dir}, after: 5, reads: new(atomic.Int64)}
+	res, err = Run(context.Background(), RunConfig{Workers: 2, Batch: 4, Epochs: 2, Seed: 1}, DirSource{Root: dir}, first)
+	if err == nil || res == nil {
+		t.Fatalf("err %v, result %v: want both", err, res)
+	}
+	tb.Reset()
+	if err := res.WriteTable(&tb); err != nil || !strings.Contains(tb.String(), "no epoch") || strings.Contains(tb.String(), "cold 0.00x") || len(res.Ratios) != 0 {
+		t.Errorf("table of a path with no epoch (ratios %v): %v\n%s", res.Ratios, err, tb.String())
+	}
 }
 
 // TestRunOneEpochHasNoWarm: with one epoch there is no warm epoch: the

@@ -42,6 +42,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, name("path")+"\tfiles\tGB\tT_cold\tT_warm\tT_compute\tF_io\tbw bound\tlatency bound\tbinding\tmeasured/bound\t")
 	for _, pr := range r.Paths {
+		if len(pr.Epochs) == 0 { // the run failed before its first epoch: a 0 s would read as fastest
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\tno epoch\t-\t-\t-\t-\t-\t-\t-\t\n", name(pr.Path), pr.Files, float64(pr.Bytes)/1e9)
+			continue
+		}
 		s, b := pr.Summary, pr.Bounds
 		binding, ratio := "-", "-"
 		if b.Binding != "" {

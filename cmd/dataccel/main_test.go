@@ -105,7 +105,7 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: "denied", checkMounted: true},
 		// The endpoint answered: not "unreachable or failing".
 		{name: "wrong region", args: []string{"mount", "--endpoint", srv.Endpoint, "--region", "eu-west-1", "s3://" + st.Bucket(), "MNT"},
-			wantMsg: "refused the request (check --region", checkMounted: true},
+			wantMsg: "refused the request (a wrong region? check --region)", checkMounted: true},
 		{name: "missing bucket", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://no-such-bucket-x", "MNT"},
 			wantMsg: `bucket "no-such-bucket-x" does not exist`, checkMounted: true},
 		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},

@@ -174,7 +174,7 @@ func checkStore(ctx context.Context, st *s3.Store, cfg s3.Config, creds string, 
 	case errors.Is(err, store.ErrRefused):
 		// The endpoint answered: a wrong --region (a 301 or a 400 naming
 		// the region), or a request it does not take.
-		return fmt.Errorf("bucket %q at %s refused the request (check --region and --path-style): %w", cfg.Bucket, where, err)
+		return fmt.Errorf("bucket %q at %s refused the request (a wrong region? check --region): %w", cfg.Bucket, where, err)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
 	default:
