@@ -536,7 +536,9 @@ func (f *FS) heal(dir string) {
 			}
 		}
 		for n := range nodes {
-			if name, parent := n.Parent(); parent != nil {
+			// A lookup since may have put the new version under the name
+			// (the old inode keeps its parent link): its entry stays.
+			if name, parent := n.Parent(); parent != nil && parent.GetChild(name) == n.EmbeddedInode() {
 				// ENOENT: the kernel has no such entry (forgotten, or
 				// looked up again meanwhile); EBADF: unmounted.
 				if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
