@@ -103,6 +103,7 @@ type FS struct {
 
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
+	healed  map[string]time.Time          // guarded by healMu: when heal last listed each directory
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -165,7 +166,8 @@ func newFS(cfg Config) *FS {
 	ctx, stop := context.WithCancel(context.Background())
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
-		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{}}
+		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
+		healed: map[string]time.Time{}}
 	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -513,6 +515,9 @@ func (f *FS) healStale(n *fileNode) {
 	}
 }
 
+// healEvery is the least time between two LISTs of one directory by heal.
+const healEvery = 5 * time.Second
+
 // heal serves healStale for dir until no stale file of it is queued.
 func (f *FS) heal(dir string) {
 	for {
@@ -524,8 +529,14 @@ func (f *FS) heal(dir string) {
 			return
 		}
 		f.healing[dir] = map[*fileNode]bool{}
+		// A store whose GETs and LISTs disagree on a version would have
+		// every read list the directory again: once in healEvery at most.
+		recent := f.ns.now().Sub(f.healed[dir]) < healEvery
 		f.healMu.Unlock()
-		if f.listingShows(dir, nodes) {
+		if !recent && f.listingShows(dir, nodes) {
+			f.healMu.Lock()
+			f.healed[dir] = f.ns.now()
+			f.healMu.Unlock()
 			ctx, cancel := context.WithTimeout(f.ns.bg, 5*time.Minute)
 			_, err := f.ns.listAt(ctx, dir, f.ns.now())
 			cancel()

@@ -542,6 +542,34 @@ func TestChangedObjectHeals(t *testing.T) {
 	})
 }
 
+// disagreeingStore lists its objects as memStore does, and fails every GET
+// as if the object had changed since: a store whose GETs and LISTs
+// disagree on versions.
+type disagreeingStore struct{ memStore }
+
+func (disagreeingStore) ReadRange(ctx context.Context, obj store.Object, off, n int64) (io.ReadCloser, error) {
+	return nil, store.ErrChanged
+}
+
+// TestHealBounded: when a relisting shows the same version the GET refused,
+// reads go on failing ESTALE, and the directory is not listed again for
+// each of them (a million-file directory would be listed back to back).
+func TestHealBounded(t *testing.T) {
+	st := store.NewCounting(disagreeingStore{memStore{objs: map[string][]byte{"d/a": []byte("x")}}})
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour})
+	p := filepath.Join(m.Dir, "d", "a")
+	for range 50 {
+		if _, err := os.ReadFile(p); !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read: %v, want ESTALE", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// One LIST to look it up, one to heal; the next at healEvery.
+	if n := st.C.Lists.Load(); n > 3 {
+		t.Fatalf("%d LISTs for 50 failing reads in half a second", n)
+	}
+}
+
 // TestConcurrentOpens opens one file from many goroutines while its
 // directory listing expires: a race detector check of the metadata path.
 func TestConcurrentOpens(t *testing.T) {
