@@ -103,7 +103,11 @@ type FS struct {
 
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
-	healed  map[string]time.Time          // guarded by healMu: when heal last listed each directory
+	// staleSince: when a read first found each version (key and ETag)
+	// changed or gone; a listing made after that and still showing it is
+	// the store's last word, not a reason to list again. Guarded by
+	// healMu; cleared when it passes staleVersions.
+	staleSince map[string]time.Time
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -167,7 +171,7 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		healed: map[string]time.Time{}}
+		staleSince: map[string]time.Time{}}
 	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -503,6 +507,12 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 func (f *FS) healStale(n *fileNode) {
 	dir, _ := splitKey(n.obj.Key)
 	f.healMu.Lock()
+	if _, seen := f.staleSince[versionOf(n.obj)]; !seen {
+		if len(f.staleSince) >= staleVersions {
+			clear(f.staleSince) // a store that disagrees gets one LIST more per version
+		}
+		f.staleSince[versionOf(n.obj)] = f.ns.now()
+	}
 	queued, running := f.healing[dir]
 	if !running {
 		queued = map[*fileNode]bool{}
@@ -515,8 +525,10 @@ func (f *FS) healStale(n *fileNode) {
 	}
 }
 
-// healEvery is the least time between two LISTs of one directory by heal.
-const healEvery = 5 * time.Second
+// staleVersions bounds healStale's memory of stale versions.
+const staleVersions = 1 << 16
+
+func versionOf(o store.Object) string { return o.Key + "\x00" + o.ETag }
 
 // heal serves healStale for dir until no stale file of it is queued.
 func (f *FS) heal(dir string) {
@@ -529,14 +541,10 @@ func (f *FS) heal(dir string) {
 			return
 		}
 		f.healing[dir] = map[*fileNode]bool{}
-		// A store whose GETs and LISTs disagree on a version would have
-		// every read list the directory again: once in healEvery at most.
-		recent := f.ns.now().Sub(f.healed[dir]) < healEvery
 		f.healMu.Unlock()
-		if !recent && f.listingShows(dir, nodes) {
-			f.healMu.Lock()
-			f.healed[dir] = f.ns.now()
-			f.healMu.Unlock()
+		f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
+			"dir", dir, "files", len(nodes))
+		if f.listingShows(dir, nodes) {
 			ctx, cancel := context.WithTimeout(f.ns.bg, 5*time.Minute)
 			_, err := f.ns.listAt(ctx, dir, f.ns.now())
 			cancel()
@@ -560,16 +568,21 @@ func (f *FS) heal(dir string) {
 	}
 }
 
-// listingShows says whether dir's listing still holds one of nodes'
-// versions: only then is a LIST due.
+// listingShows says whether dir's listing, made before one of nodes was
+// found stale, still holds its version: only then is a LIST due. (A store
+// whose GETs refuse the version its LIST shows would otherwise have every
+// failing read list the directory again.)
 func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) bool {
 	l := f.ns.held(dir)
 	if l == nil {
 		return false
 	}
+	f.healMu.Lock()
+	defer f.healMu.Unlock()
 	for n := range nodes {
 		_, name := splitKey(n.obj.Key)
-		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag {
+		since, seen := f.staleSince[versionOf(n.obj)]
+		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag && (!seen || l.at.Before(since)) {
 			return true
 		}
 	}
@@ -580,7 +593,7 @@ func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) bool {
 func (f *FS) fail(op, what string, err error) syscall.Errno {
 	e := errno(err)
 	switch e {
-	case syscall.ENOENT, syscall.EINTR:
+	case syscall.ENOENT, syscall.EINTR, syscall.ESTALE: // ESTALE: heal logs one line a directory
 		f.log.Debug(op, "path", what, "err", err)
 	default:
 		f.log.Warn(op+" failed", "path", what, "errno", e.Error(), "err", err)

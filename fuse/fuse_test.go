@@ -516,9 +516,10 @@ func TestChangedObjectHeals(t *testing.T) {
 	v1, v2 := []byte("version one"), []byte("the second version")
 	testenv.Put(t, st, "d/changed", v1)
 	testenv.Put(t, st, "d/deleted", v1)
+	testenv.Put(t, st, "d/later", v1)
 	mnt := mountT(t, st, "", time.Hour)
 	p := func(name string) string { return filepath.Join(mnt, "d", name) }
-	for _, name := range []string{"changed", "deleted"} {
+	for _, name := range []string{"changed", "deleted", "later"} {
 		if _, err := os.Stat(p(name)); err != nil {
 			t.Fatal(err)
 		}
@@ -540,6 +541,25 @@ func TestChangedObjectHeals(t *testing.T) {
 		_, err := os.Stat(p("deleted"))
 		return errors.Is(err, os.ErrNotExist)
 	})
+	// A change right after a heal of the same directory heals as well,
+	// at once (a rate limit per directory left it ESTALE for seconds).
+	if err := st.Remove(context.Background(), "d/later"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		_, err := os.ReadFile(p("later"))
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read of a deleted object: %v, want ESTALE then ENOENT", err)
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("still ESTALE %s after the deletion", time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // disagreeingStore lists its objects as memStore does, and fails every GET
