@@ -35,6 +35,10 @@ type Policy struct {
 	clock      uint64 // accesses seen
 	meanGap    float64
 	gapSamples uint64
+	lastReuse  uint64 // clock at the last hit that was a reuse (a gap sample)
+	// orphanBefore: blocks last accessed before this clock are evictable
+	// whatever the threshold (markOrphans).
+	orphanBefore uint64
 }
 
 // Entry is one resident block as the policy sees it.
@@ -85,6 +89,9 @@ func (p *Policy) Access(id uint64) (int64, bool) {
 	if gap := p.clock - e.last; !e.restored && gap > min(uint64(len(p.entries)), sameUse) {
 		p.gapSamples++
 		p.meanGap += (float64(gap) - p.meanGap) / float64(min(p.gapSamples, gapWindow))
+		p.lastReuse = p.clock
+	} else if e.restored {
+		p.lastReuse = p.clock // a block kept from the last run serves: no sample, but a reuse
 	}
 	e.last, e.restored = p.clock, false
 	p.moveToFront(e)
@@ -109,6 +116,27 @@ func (p *Policy) threshold() uint64 {
 	}
 	return t
 }
+
+// markOrphans: a cache that has served reuses (its reuse distance is
+// learned) and then sees none for idleWindow accesses no longer serves the
+// job, which has moved to another dataset. The blocks untouched over that
+// window are orphans: evictable at once, whatever the threshold, so that
+// the new dataset rotates in within about an epoch instead of after three
+// times the old reuse distance (six epochs and more of a smaller dataset,
+// with no disk hit at all). The new dataset's own reuses then teach the
+// threshold again without shielding the orphans. A dataset larger than
+// the cache hits its resident share on every pass, which keeps this off.
+func (p *Policy) markOrphans() {
+	if idle := p.idleWindow(); p.gapSamples >= minGapSamples && p.clock-p.lastReuse > idle {
+		p.orphanBefore = max(p.orphanBefore, p.clock-idle)
+	}
+}
+
+// idleWindow: accesses with no reuse after which the resident set counts as
+// unused: as many as there are resident blocks, and never fewer than
+// sameUse (a run that long without a hit is unlikely while the cache holds
+// even a small share of what is read).
+func (p *Policy) idleWindow() uint64 { return max(uint64(len(p.entries)), sameUse) }
 
 // ReuseDistance returns the learned mean reuse distance (in accesses) and
 // the number of hits it is based on, to be saved across restarts.
@@ -137,9 +165,10 @@ func (p *Policy) Admit(id uint64, size, limit int64) (bool, []Entry) {
 	}
 	var victims []Entry
 	th := p.threshold()
+	p.markOrphans()
 	for p.used+size > limit {
 		v := p.tail
-		if v == nil || p.clock-v.last <= th {
+		if v == nil || p.clock-v.last <= th && v.last >= p.orphanBefore {
 			return false, victims
 		}
 		p.unlink(v)

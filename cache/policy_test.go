@@ -188,6 +188,49 @@ func TestPolicyDatasetChangeRotatesIn(t *testing.T) {
 	}
 }
 
+// A new dataset smaller than the cache, after one larger than it: the old
+// blocks are hit no more, and the new dataset must be cached whole within a
+// couple of epochs (it waited for three times the old reuse distance, six
+// epochs of the new one and more, with no disk hit).
+func TestPolicySmallerDatasetTakesOver(t *testing.T) {
+	const cacheBlocks = 1660
+	p := &ourPolicy{p: NewPolicy(), capacity: cacheBlocks}
+	runEpochs(p, 2000, 3, 1)
+	r := runEpochs(&shiftPolicy{p, 1 << 40}, 1000, 5, 2)
+	t.Logf("per epoch after the change: %.3f", r)
+	if r[3] < 0.99 || r[4] < 0.99 {
+		t.Fatalf("the new dataset, 60%% of the cache, hits %.3f per epoch", r)
+	}
+	// The resident set of a dataset larger than the cache still holds:
+	// epochs of no hit at all are what marks the old set as unused.
+	q := &ourPolicy{p: NewPolicy(), capacity: cacheBlocks}
+	r = runEpochs(q, 10*cacheBlocks, 8, 3)
+	if last := r[len(r)-1]; last < 0.08 {
+		t.Fatalf("a dataset ten times the cache hits %.3f per epoch", r)
+	}
+}
+
+// A restart keeps the resident set of a dataset larger than the cache: the
+// restored blocks that are hit count as the cache serving, so the ones not
+// read yet in the epoch are not taken for a dataset the job left.
+func TestPolicyRestartKeepsResidentSet(t *testing.T) {
+	const cacheBlocks = 1000
+	p := &ourPolicy{p: NewPolicy(), capacity: cacheBlocks}
+	runEpochs(p, 2*cacheBlocks, 3, 1)
+	q := &ourPolicy{p: NewPolicy(), capacity: cacheBlocks}
+	for e := p.p.tail; e != nil; e = e.prev { // oldest first, as the disk tier restores
+		q.p.Restore(e.ID, e.Size)
+	}
+	q.p.SetReuseDistance(p.p.ReuseDistance())
+	r := runEpochs(q, 2*cacheBlocks, 3, 1)
+	t.Logf("per epoch after the restart: %.3f", r)
+	for _, h := range r {
+		if h < 0.49 {
+			t.Fatalf("after a restart the hit ratio is %.3f per epoch, want the resident half", r)
+		}
+	}
+}
+
 type shiftPolicy struct {
 	p     tracePolicy
 	shift uint64
