@@ -121,9 +121,9 @@ func (p *Policy) threshold() uint64 {
 // learned) and then sees none for idleWindow accesses no longer serves the
 // job, which has moved to another dataset. The blocks untouched over that
 // window are orphans: evictable at once, whatever the threshold, so that
-// the new dataset rotates in within about an epoch instead of after three
-// times the old reuse distance (six epochs and more of a smaller dataset,
-// with no disk hit at all). The new dataset's own reuses then teach the
+// the new dataset rotates in after about one old epoch's worth of reads
+// instead of three times the old reuse distance (six epochs and more of a
+// smaller dataset, with no disk hit at all). The new dataset's own reuses then teach the
 // threshold again without shielding the orphans. A dataset larger than
 // the cache hits its resident share on every pass, which keeps this off.
 func (p *Policy) markOrphans() {
@@ -133,10 +133,18 @@ func (p *Policy) markOrphans() {
 }
 
 // idleWindow: accesses with no reuse after which the resident set counts as
-// unused: as many as there are resident blocks, and never fewer than
-// sameUse (a run that long without a hit is unlikely while the cache holds
-// even a small share of what is read).
-func (p *Policy) idleWindow() uint64 { return max(uint64(len(p.entries)), sameUse) }
+// unused: half again the learned reuse distance (about an epoch), and at
+// least the resident count. While the job still reads the dataset, every
+// resident block is read once an epoch: a run of misses is shorter than an
+// epoch even when the order is the same each time (the resident blocks
+// first, then the rest of a dataset larger than the cache).
+func (p *Policy) idleWindow() uint64 {
+	return max(uint64(len(p.entries)), uint64(p.meanGap), minIdleWindow)
+}
+
+// minIdleWindow keeps a cache of a few blocks from taking a short run
+// without hits for a job that left.
+const minIdleWindow = 64
 
 // ReuseDistance returns the learned mean reuse distance (in accesses) and
 // the number of hits it is based on, to be saved across restarts.
