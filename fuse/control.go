@@ -302,6 +302,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	parts := cutLines(data, n)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, p := range parts {
+		p.mountpoint = f.mountpoint
 		g.Go(func() error { return p.parse(gctx) })
 	}
 	if err := g.Wait(); err != nil {
@@ -380,7 +381,8 @@ const resolvePartBytes = 64 << 10
 
 // linePart is one part of an announced list, resolved by one goroutine.
 type linePart struct {
-	data     []byte
+	data       []byte
+	mountpoint []byte // "/mnt/data/": a line under it names a file by its path in the mount
 	items    []lineItem
 	dirs     []string   // the directories of items (without the prefix), first seen first
 	listings []*listing // listings[i] lists dirs[i]
@@ -434,6 +436,8 @@ func (p *linePart) parse(ctx context.Context) error {
 		if len(line) == 0 {
 			continue
 		}
+		// A job's own paths (ImageFolder's samples) name the mountpoint.
+		line = bytes.TrimPrefix(line, p.mountpoint)
 		if len(line) > maxPathLen {
 			p.bad++ // longer than any key of the store
 			continue

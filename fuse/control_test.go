@@ -75,7 +75,8 @@ func TestAnnounce(t *testing.T) {
 	ctl := &recordingControl{}
 	m := mountCfg(t, Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: ctl})
 	order := "c1/f5\n/c0/f2\n  c1/f1  \nmissing/f\n../../etc/passwd\nc0/./f0\n\n.dataccel/stats\n" +
-		strings.Repeat("./", 2100) + "c0/f0\n" // cleans to c0/f0, but too long
+		strings.Repeat("./", 2100) + "c0/f0\n" + // cleans to c0/f0, but too long
+		filepath.Join(m.Dir, "c1/f3") + "\n" // a path in the mount, as a job's own list holds
 	if err := os.WriteFile(filepath.Join(m.Dir, ".dataccel", "prefetch"), []byte(order), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestAnnounce(t *testing.T) {
 			t.Errorf("object %+v lacks metadata", o)
 		}
 	}
-	if want := "ds/c1/f5 ds/c0/f2 ds/c1/f1 ds/c0/f0"; keysOf(got[0]) != want {
+	if want := "ds/c1/f5 ds/c0/f2 ds/c1/f1 ds/c0/f0 ds/c1/f3"; keysOf(got[0]) != want {
 		t.Fatalf("announced %s, want %s", keysOf(got[0]), want)
 	}
 	ents, err := os.ReadDir(m.Dir)

@@ -101,6 +101,10 @@ type FS struct {
 	pt      atomic.Int32       // passthrough: ptOn until it turns ptOff for good; ptOff from the start without copies
 	ptOpens ptOpens            // the opens passthrough weighs
 
+	// mountpoint is where the mount is, ending in "/" (set by New before
+	// it serves; nil for an FS that is not mounted).
+	mountpoint []byte
+
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
 	// staleSince: when a read first found each version (key and ETag)

@@ -180,6 +180,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	fsys := newFS(cfg)
+	fsys.mountpoint = []byte(strings.TrimSuffix(abs, "/") + "/")
 	if cfg.Preload != nil {
 		fsys.Restore(cfg.Preload, cfg.PreloadListed)
 	}
