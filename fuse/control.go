@@ -383,10 +383,10 @@ const resolvePartBytes = 64 << 10
 type linePart struct {
 	data       []byte
 	mountpoint []byte // "/mnt/data/": a line under it names a file by its path in the mount
-	items    []lineItem
-	dirs     []string   // the directories of items (without the prefix), first seen first
-	listings []*listing // listings[i] lists dirs[i]
-	bad      int        // lines that cannot name a file of the mount
+	items      []lineItem
+	dirs       []string   // the directories of items (without the prefix), first seen first
+	listings   []*listing // listings[i] lists dirs[i]
+	bad        int        // lines that cannot name a file of the mount
 }
 
 // lineItem is one line: its directory (an index in linePart.dirs) and file name.
