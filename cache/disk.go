@@ -158,11 +158,9 @@ type Disk struct {
 	pendSize int64      // guarded by pendMu: their bytes
 	pendCond *sync.Cond // broadcast when pend or pendSize falls
 
-	wg       sync.WaitGroup // writers
-	cwg      sync.WaitGroup // compactor
-	disabled atomic.Bool    // writes off after a disk error
-	warned   atomic.Bool
-	firstErr atomic.Pointer[error] // the error that turned writes off
+	wg       sync.WaitGroup        // writers
+	cwg      sync.WaitGroup        // compactor
+	firstErr atomic.Pointer[error] // the error that turned writes off (logged once); nil while they are on
 
 	// align is the record alignment of the segments this run creates
 	// (0: back to back), set at open.
@@ -481,16 +479,14 @@ func (d *Disk) publish() {
 // and kept (Err).
 func (d *Disk) fail(op string, err error) {
 	d.stats.DiskErrors.Add(1)
-	if d.warned.CompareAndSwap(false, true) {
-		werr := fmt.Errorf("%s: %w", op, err)
-		d.firstErr.Store(&werr)
+	werr := fmt.Errorf("%s: %w", op, err)
+	if d.firstErr.CompareAndSwap(nil, &werr) {
 		d.log.Warn("disk cache error; disk cache writes disabled", "dir", d.dir, "op", op, "err", err)
 	}
-	d.disabled.Store(true)
 }
 
 // Disabled reports whether a disk error has turned writes off.
-func (d *Disk) Disabled() bool { return d.disabled.Load() }
+func (d *Disk) Disabled() bool { return d.firstErr.Load() != nil }
 
 // Err returns the disk error that turned writes off, or nil.
 func (d *Disk) Err() error {
@@ -592,7 +588,7 @@ func (d *Disk) Touch(k Key) {
 // Put queues b for writing under k and returns at once; it takes ownership
 // of b and never modifies it. When the queue is full the write is dropped.
 func (d *Disk) Put(k Key, b []byte) {
-	if d.disabled.Load() {
+	if d.Disabled() {
 		return
 	}
 	d.qmu.RLock()
@@ -624,7 +620,7 @@ func (d *Disk) Put(k Key, b []byte) {
 // the queue rather than drop it (for Tiered.Drain). It reports false once
 // the tier is closed or disabled.
 func (d *Disk) putWait(k Key, b []byte) bool {
-	if d.disabled.Load() {
+	if d.Disabled() {
 		return false
 	}
 	d.qmu.RLock()
@@ -677,7 +673,7 @@ func (d *Disk) queued(frac int64) bool {
 // no block has been offered for fullFor, and the next one offered tells
 // whether there is room yet.
 func (d *Disk) Full() bool {
-	if d.disabled.Load() {
+	if d.Disabled() {
 		return true
 	}
 	return lately(d.lastFull.Load(), fullFor)
@@ -813,7 +809,7 @@ type record struct {
 // written, so a crash at any moment leaves at worst a torn record at the
 // end of a segment, which the next open ignores.
 func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
-	if d.disabled.Load() {
+	if d.Disabled() {
 		return
 	}
 	var avail, appended0 int64

@@ -351,7 +351,7 @@ func (d *Disk) compactor() {
 		d.kicks--
 		d.compacting = true
 		d.mu.Unlock()
-		for !d.stopping.Load() && !d.disabled.Load() {
+		for !d.stopping.Load() && !d.Disabled() {
 			s := d.pickCompaction()
 			if s == nil {
 				break
@@ -440,7 +440,7 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 	}
 	var copied, reclaimed int64
 	_, _, why, err := scanSegment(s.f, s.seq, size, func(r recInfo) bool {
-		if d.stopping.Load() || d.disabled.Load() {
+		if d.stopping.Load() || d.Disabled() {
 			return false
 		}
 		d.mu.Lock()
