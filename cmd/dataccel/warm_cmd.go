@@ -109,9 +109,6 @@ func readList(file string) (map[string]bool, error) {
 	return set, sc.Err()
 }
 
-// errDiskStopped ends a warm whose disk cache turned writes off.
-var errDiskStopped = errors.New("the disk cache stopped taking writes")
-
 // warmFailure is one object that could not be warmed.
 type warmFailure struct {
 	key string
@@ -217,12 +214,12 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	// A disk cache that stops taking writes (a full or read-only file
 	// system, an I/O error) ends the warm: the rest would only be
 	// downloaded.
-	wctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
+	wctx, stop := context.WithCancel(ctx) // the check after the passes says why
+	defer stop()
 	fill := func(ctx context.Context, o store.Object) error {
 		err := loader.Fill(ctx, o)
 		if disk.Disabled() {
-			stop(errDiskStopped)
+			stop()
 		}
 		return err
 	}
