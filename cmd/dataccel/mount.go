@@ -506,11 +506,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	bgWork.Go(func() { warnIfEmpty(bg, logger, m.FS, raw, p.bucket, p.prefix) })
 	if manifestPath != "" {
 		src := manifestSource{endpoint: f.s3.endpoint, bucket: p.bucket, prefix: p.prefix}
-		var preloaded *time.Time
-		if preload != nil {
-			preloaded = &preloadListed
-		}
-		bgWork.Go(func() { saveManifests(bg, logger, m.FS, preloaded, manifestPath, src, 2*time.Second, f.metadataTTL) })
+		bgWork.Go(func() {
+			saveManifests(bg, logger, m.FS, preloadListed, manifestPath, src, 2*time.Second, f.metadataTTL)
+		})
 	}
 	if p.prefetchListPaths != nil {
 		if err := m.FS.Announce(ctx, p.prefetchListPaths); err != nil {
@@ -591,7 +589,6 @@ func (s copySource) Open(obj store.Object) localcopy.Reader { return s.l.Open(ob
 // RAM tier apart too (nil when off), for the loader to reserve room in.
 func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stats) (cache.Tier, *cache.RAM, func(), error) {
 	var ram, disk cache.Tier
-	var diskCache *cache.Disk // disk, when there is one
 	var ramTier *cache.RAM
 	var closers []func()
 	if p.ramBytes > 0 {
@@ -622,7 +619,7 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("disk cache: %w", err)
 		}
-		disk, diskCache = d, d
+		disk = d
 		closers = append(closers, func() {
 			if err := d.Close(); err != nil {
 				logger.Warn("closing the disk cache", "err", err)
@@ -644,9 +641,10 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 	closers = append(closers, func() {
 		t0 := time.Now()
 		saved, left := tiered.Drain(t0.Add(drainTimeout))
+		d, _ := disk.(*cache.Disk)
 		switch {
-		case left > 0 && diskCache != nil && diskCache.Disabled():
-			logger.Warn("RAM cache not saved to the disk cache: it stopped taking writes", "saved", saved, "not_saved", left, "err", diskCache.Err())
+		case left > 0 && d != nil && d.Disabled():
+			logger.Warn("RAM cache not saved to the disk cache: it stopped taking writes", "saved", saved, "not_saved", left, "err", d.Err())
 		case left > 0:
 			logger.Warn("RAM cache saved to the disk cache in part: the disk cache is full, or did not keep up within "+drainTimeout.String(),
 				"saved", saved, "not_saved", left, "seconds", time.Since(t0).Seconds())
@@ -673,15 +671,15 @@ type manifestSource struct{ endpoint, bucket, prefix string }
 // listings younger: the manifest is saved again once its date would move by
 // a quarter of ttl (at unmount, by anything), or a remount would find it
 // older than ttl and list every directory again. preloaded is the date of
-// the manifest the mount started from, nil for none.
-func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, preloaded *time.Time, path string, src manifestSource,
+// the manifest the mount started from, zero for none.
+func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, preloaded time.Time, path string, src manifestSource,
 	quiet, ttl time.Duration) {
 	// Generation 1 is the preload, installed before the mount served: on
 	// disk already. Listings made since are not.
 	saved := uint64(0)
-	var savedListed time.Time
-	if preloaded != nil {
-		saved, savedListed = 1, *preloaded
+	savedListed := preloaded
+	if !preloaded.IsZero() {
+		saved = 1
 	}
 	save := func(final bool) {
 		dirs, gen, listed := fsys.Snapshot()
