@@ -133,8 +133,8 @@ func (p *Policy) markOrphans() {
 }
 
 // idleWindow: accesses with no reuse after which the resident set counts as
-// unused: half again the learned reuse distance (about an epoch), and at
-// least the resident count. While the job still reads the dataset, every
+// unused: the learned reuse distance (about an epoch), and at least the
+// resident count. While the job still reads the dataset, every
 // resident block is read once an epoch: a run of misses is shorter than an
 // epoch even when the order is the same each time (the resident blocks
 // first, then the rest of a dataset larger than the cache).

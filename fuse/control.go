@@ -327,7 +327,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(resolveLists)
 	for _, d := range byDir {
-		if d.l = f.ns.cached(d.key); d.l != nil {
+		if d.l = f.ns.serving(d.key); d.l != nil {
 			continue
 		}
 		g.Go(func() error {

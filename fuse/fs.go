@@ -107,11 +107,11 @@ type FS struct {
 
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
-	// staleSince: when a read first found each version (key and ETag)
-	// changed or gone; a listing made after that and still showing it is
-	// the store's last word, not a reason to list again. Guarded by
-	// healMu; cleared when it passes staleVersions.
-	staleSince map[string]time.Time
+	// staleSince: when a read first found each version (by its inode
+	// number: key and ETag) changed or gone; a listing made after that and
+	// still showing it is the store's last word, not a reason to list
+	// again. Guarded by healMu; cleared when it passes staleVersions.
+	staleSince map[uint64]time.Time
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -175,7 +175,7 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[string]time.Time{}}
+		staleSince: map[uint64]time.Time{}}
 	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -283,7 +283,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 	if d.IsRoot() && name == ControlDir {
 		return d.controlDir(ctx, out)
 	}
-	listed := d.fsys.ns.cached(d.key) != nil
+	listed := d.fsys.ns.serving(d.key) != nil
 	e, ok, err := d.fsys.ns.lookup(ctx, d.key, name)
 	if err != nil {
 		return nil, d.fsys.fail("lookup", d.key+name, err)
@@ -511,11 +511,11 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 func (f *FS) healStale(n *fileNode) {
 	dir, _ := splitKey(n.obj.Key)
 	f.healMu.Lock()
-	if _, seen := f.staleSince[versionOf(n.obj)]; !seen {
+	if _, seen := f.staleSince[fileIno(n.obj)]; !seen {
 		if len(f.staleSince) >= staleVersions {
 			clear(f.staleSince) // a store that disagrees gets one LIST more per version
 		}
-		f.staleSince[versionOf(n.obj)] = f.ns.now()
+		f.staleSince[fileIno(n.obj)] = f.ns.now()
 	}
 	queued, running := f.healing[dir]
 	if !running {
@@ -532,8 +532,6 @@ func (f *FS) healStale(n *fileNode) {
 // staleVersions bounds healStale's memory of stale versions.
 const staleVersions = 1 << 16
 
-func versionOf(o store.Object) string { return o.Key + "\x00" + o.ETag }
-
 // heal serves healStale for dir until no stale file of it is queued.
 func (f *FS) heal(dir string) {
 	for {
@@ -549,10 +547,7 @@ func (f *FS) heal(dir string) {
 		f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
 			"dir", dir, "files", len(nodes))
 		if f.listingShows(dir, nodes) {
-			ctx, cancel := context.WithTimeout(f.ns.bg, 5*time.Minute)
-			_, err := f.ns.listAt(ctx, dir, f.ns.now())
-			cancel()
-			if err != nil {
+			if err := (<-f.ns.fetchShared(dir)).Err; err != nil {
 				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
 					"dir", dir, "err", err)
 				continue
@@ -585,7 +580,7 @@ func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) bool {
 	defer f.healMu.Unlock()
 	for n := range nodes {
 		_, name := splitKey(n.obj.Key)
-		since, seen := f.staleSince[versionOf(n.obj)]
+		since, seen := f.staleSince[fileIno(n.obj)]
 		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag && (!seen || l.at.Before(since)) {
 			return true
 		}

@@ -584,9 +584,9 @@ func TestHealBounded(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// One LIST to look it up, one to heal; the next at healEvery.
-	if n := st.C.Lists.Load(); n > 3 {
-		t.Fatalf("%d LISTs for 50 failing reads in half a second", n)
+	// The root and d/ to look it up, d/ once more to heal; no more.
+	if n := st.C.Lists.Load(); n != 3 {
+		t.Fatalf("%d LISTs for 50 failing reads, want 3", n)
 	}
 }
 

@@ -100,15 +100,6 @@ func (ns *namespace) fresh(l *listing, now time.Time) bool {
 	return now.Sub(l.at) < max(ns.ttl, l.took+ns.ttl/2)
 }
 
-// cached returns the listing of dir if it is held and fresh, without
-// fetching; otherwise nil.
-func (ns *namespace) cached(dir string) *listing {
-	if l := ns.held(dir); l != nil && ns.fresh(l, ns.now()) {
-		return l.use()
-	}
-	return nil
-}
-
 // serving returns dir's listing if it is fresh, or no longer while
 // relistDue lists it again (it started before the listing expired: the
 // listing serves for the ttl and the time its relisting takes), and marks

@@ -187,7 +187,7 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 
 	var todo []walkItem
 	for _, i := range l.dirs[min(from, to):to] {
-		if sub := dir + l.entries[i].name + "/"; w.ns.cached(sub) == nil {
+		if sub := dir + l.entries[i].name + "/"; w.ns.serving(sub) == nil {
 			todo = append(todo, walkItem{sub, depth})
 		}
 	}
@@ -314,7 +314,7 @@ func (w *walkAhead) worker() {
 			it, w.queue = w.queue[0], w.queue[1:]
 		}
 		w.mu.Unlock()
-		if w.ns.cached(it.dir) == nil {
+		if w.ns.serving(it.dir) == nil {
 			if _, err := w.ns.list(w.ctx, it.dir); err != nil {
 				if w.ctx.Err() == nil {
 					w.log.Debug("listing ahead of a walk failed; dropping the rest", "dir", it.dir, "err", err)
