@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			}
 		}
 		states[i] = st
-		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files), Bytes: fileBytes(files),
+		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files),
 			Readers: st.readers, ListS: time.Since(t0).Seconds(), Epochs: []EpochResult{}})
 	}
 	if cfg.Announce && announced == 0 && announceErr != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +31,9 @@ type Offer struct {
 	// per sample per GPU) overrides it.
 	Profile           string  `yaml:"profile"`
 	ComputePerSampleS float64 `yaml:"compute_per_sample_s"`
-	// IOFactor, when set, is this offer's F_io (e.g. from its own bench run).
-	IOFactor float64 `yaml:"io_factor"`
+	// IOFactor, when set, is this offer's F_io (e.g. from its own bench
+	// run); nil when the file does not give one (0 given is an error).
+	IOFactor *float64 `yaml:"io_factor"`
 	// BenchPath picks the bench result path that models this offer's storage.
 	BenchPath string `yaml:"bench_path"`
 	Notes     string `yaml:"notes"`
@@ -48,12 +48,8 @@ type Offers struct {
 // LoadOffers parses offers.yaml and checks each offer's values as score's
 // flags are checked, naming the offer and the field.
 func LoadOffers(r io.Reader) (Offers, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return Offers{}, fmt.Errorf("offers: %w", err)
-	}
 	var o Offers
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	if err := dec.Decode(&o); err != nil {
 		return Offers{}, fmt.Errorf("offers: %w", err)
@@ -61,23 +57,11 @@ func LoadOffers(r io.Reader) (Offers, error) {
 	if len(o.Offers) == 0 {
 		return Offers{}, errors.New("offers: no offers")
 	}
-	// Which offers set io_factor at all: an io_factor of 0 given is an
-	// error, as --io-factor 0 is, not an absent one.
-	var given struct {
-		Offers []map[string]any `yaml:"offers"`
-	}
-	if err := yaml.Unmarshal(data, &given); err != nil {
-		return Offers{}, fmt.Errorf("offers: %w", err)
-	}
 	for i, of := range o.Offers {
 		if of.Name == "" {
 			return Offers{}, fmt.Errorf("offers: offer %d has no name", i+1)
 		}
-		hasIOFactor := false
-		if i < len(given.Offers) {
-			_, hasIOFactor = given.Offers[i]["io_factor"]
-		}
-		if err := of.check(hasIOFactor); err != nil {
+		if err := of.check(); err != nil {
 			return Offers{}, fmt.Errorf("offers: %q: %w", of.Name, err)
 		}
 		if _, err := of.perSample(); err != nil {
@@ -92,14 +76,14 @@ func LoadOffers(r io.Reader) (Offers, error) {
 
 // check refuses values the formulas cannot use (a negative rate or time),
 // and an io_factor outside (0, 1] when given, as score's flags do.
-func (o Offer) check(hasIOFactor bool) error {
+func (o Offer) check() error {
 	switch {
 	case o.Count < 1:
 		return fmt.Errorf("count %d: want at least 1", o.Count)
 	case o.PricePerHour <= 0:
 		return fmt.Errorf("price_per_hour %v: want more than 0", o.PricePerHour)
-	case hasIOFactor && (o.IOFactor <= 0 || o.IOFactor > 1):
-		return fmt.Errorf("io_factor %v: want a value in (0, 1]", o.IOFactor)
+	case o.IOFactor != nil && (*o.IOFactor <= 0 || *o.IOFactor > 1):
+		return fmt.Errorf("io_factor %v: want a value in (0, 1]", *o.IOFactor)
 	}
 	for _, f := range []struct {
 		name string
@@ -230,8 +214,8 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 		switch {
 		case in.IOFactor > 0:
 			s.FIO, s.FIOSource = min(1, in.IOFactor), "--io-factor"
-		case o.IOFactor > 0:
-			s.FIO, s.FIOSource = min(1, o.IOFactor), "offer"
+		case o.IOFactor != nil:
+			s.FIO, s.FIOSource = *o.IOFactor, "offer"
 		case in.Bench != nil:
 			name := o.BenchPath
 			if name == "" {

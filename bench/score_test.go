@@ -64,8 +64,8 @@ func TestCostPerMillion(t *testing.T) {
 // 10/0.82 = 12.2 > 10.8/0.99 = 10.9 per unit of work.
 func TestScoreDearerOfferWithLessStallRanksFirst(t *testing.T) {
 	offers := []Offer{
-		{Name: "cheap, 18% stall", GPU: "A100", Count: 8, PricePerHour: 10, Profile: "resnet50-a100", IOFactor: 0.82},
-		{Name: "8% dearer, 1% stall", GPU: "A100", Count: 8, PricePerHour: 10.8, Profile: "resnet50-a100", IOFactor: 0.99},
+		{Name: "cheap, 18% stall", GPU: "A100", Count: 8, PricePerHour: 10, Profile: "resnet50-a100", IOFactor: ptr(0.82)},
+		{Name: "8% dearer, 1% stall", GPU: "A100", Count: 8, PricePerHour: 10.8, Profile: "resnet50-a100", IOFactor: ptr(0.99)},
 	}
 	got, err := Score(ScoreInput{Offers: offers, Samples: 1281167})
 	if err != nil {
@@ -285,3 +285,5 @@ func TestLoadOffersRejectsValues(t *testing.T) {
 		}
 	}
 }
+
+func ptr(v float64) *float64 { return &v }
