@@ -26,9 +26,9 @@ type credSource struct {
 	what     string
 }
 
-// credentialFetchTimeout bounds one fetch of temporary keys (STS, a
-// container endpoint, the instance metadata service): requests wait for
-// it, and a hung endpoint must not hang them.
+// credentialFetchTimeout bounds each request of a fetch of temporary keys
+// (STS, a container endpoint, the instance metadata service), and the
+// first fetch at start as a whole (later ones: s3's renewing wrapper).
 const credentialFetchTimeout = 10 * time.Second
 
 // imdsProbeTimeout bounds the first fetch from the instance metadata
@@ -68,7 +68,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 		profile = os.Getenv("AWS_PROFILE")
 	}
 	if path != "" || profile != "" {
-		return f.fileSource(path, profile, true)
+		return fileSource(path, profile, true)
 	}
 	client := &http.Client{Timeout: credentialFetchTimeout}
 	if file := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); file != "" {
@@ -87,19 +87,19 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 				p.Endpoint += ".cn"
 			}
 		}
-		return firstKeys(ctx, p, client, "web identity token "+file+" for role "+role)
+		return firstKeys(ctx, p, "web identity token "+file+" for role "+role)
 	}
 	if full, rel := os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI"), os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); full != "" || rel != "" {
 		// credentials.IAM reads these and the authorization token itself.
-		return firstKeys(ctx, &credentials.IAM{Client: client}, client, "container credentials endpoint")
+		return firstKeys(ctx, &credentials.IAM{Client: client}, "container credentials endpoint")
 	}
-	if src, err := f.fileSource("", "", false); err != nil || src.provider != nil {
+	if src, err := fileSource("", "", false); err != nil || src.provider != nil {
 		return src, err
 	}
 	imds := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
 	if (f.endpoint == "" || imds != "") && os.Getenv("AWS_EC2_METADATA_DISABLED") != "true" {
 		pctx, cancel := context.WithTimeout(ctx, imdsProbeTimeout)
-		src, err := firstKeys(pctx, &credentials.IAM{Client: client, Endpoint: imds}, client, "EC2 instance profile")
+		src, err := firstKeys(pctx, &credentials.IAM{Client: client, Endpoint: imds}, "EC2 instance profile")
 		cancel()
 		if err == nil {
 			return src, nil
@@ -111,7 +111,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 // fileSource reads a profile of a credentials file (path "": ~/.aws/credentials;
 // profile "": default). A missing or unusable file is an error when named,
 // else no source (a credSource without keys).
-func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, error) {
+func fileSource(path, profile string, named bool) (credSource, error) {
 	if path == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -126,7 +126,8 @@ func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, erro
 		profile = "default"
 	}
 	p := &fileCredentials{path: path, profile: profile}
-	if _, err := p.Retrieve(); err != nil {
+	v, err := p.Retrieve()
+	if err != nil {
 		if !named {
 			// ~/.aws/credentials without a usable default profile (only
 			// named ones, say): the sources after it, as the SDKs do.
@@ -134,15 +135,18 @@ func (f *s3Flags) fileSource(path, profile string, named bool) (credSource, erro
 		}
 		return credSource{}, err
 	}
-	return credSource{provider: p, what: fmt.Sprintf("credentials file %s, profile %s", path, profile)}, nil
+	// The store's first request gets the keys read here, not a second read.
+	return credSource{provider: &primed{Provider: p, first: &v}, what: fmt.Sprintf("credentials file %s, profile %s", path, profile)}, nil
 }
 
 // firstKeys fetches p's first keys, so that a source set up wrong (a token
 // file missing, STS or the endpoint refusing) fails the command at start
 // with its name, not as an unreachable bucket. The store's first request
 // gets these keys, not a second fetch.
-func firstKeys(ctx context.Context, p credentials.Provider, client *http.Client, what string) (credSource, error) {
-	v, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: client, Context: ctx})
+func firstKeys(ctx context.Context, p credentials.Provider, what string) (credSource, error) {
+	ctx, cancel := context.WithTimeout(ctx, credentialFetchTimeout) // all its requests together
+	defer cancel()
+	v, err := p.RetrieveWithCredContext(&credentials.CredContext{Context: ctx})
 	if err != nil {
 		return credSource{}, fmt.Errorf("keys from the %s: %w", what, err)
 	}

@@ -218,7 +218,7 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	// prefetch buffers, which share it; the prefetch buffers alone without
 	// one): the sweep pushes no more than what is left of it, less some
 	// headroom, so that they are not reclaimed before they are read.
-	left := mem - max(p.ramBytes, p.prefetchMem) - 512<<20
+	left := mem - max(p.ramBytes, p.prefetchMem) - memRoom
 	p.sweepPushBytes = max(0, min(p.ramBytes, left))
 	// The page cache also serves the job's other files: count on half of
 	// what is left to keep the blocks this mount hands it. Only pushes ask

@@ -18,16 +18,22 @@ const (
 	maxRetryKeysAfter = time.Minute
 )
 
-// fetchWhileValid bounds a renewal while the last keys are still valid:
-// minio-go fetches under its lock, so every request waits on the fetch,
-// and a hung source must not stall them while keys exist.
-const fetchWhileValid = time.Second
+// fetchTimeout bounds one fetch of keys, all its requests together (an
+// instance profile's takes three); fetchWhileValid bounds a renewal while
+// the last keys are still valid: minio-go fetches under its lock, so every
+// request waits on the fetch, and a hung source must not stall them while
+// keys exist.
+const (
+	fetchTimeout    = 10 * time.Second
+	fetchWhileValid = time.Second
+)
 
 // renewing wraps a Provider of keys that expire. minio-go's Credentials
 // fetches under its lock and, after a failure, again for every request
 // that waits: with a hung endpoint each waiting request would pay a whole
 // fetch timeout in turn. Here a failure is remembered (retryKeysAfter,
-// doubling), a renewal while the last keys are valid gets fetchWhileValid,
+// doubling), a fetch gets fetchTimeout, a renewal while the last keys are
+// valid fetchWhileValid,
 // and those keys keep serving while renewals fail.
 type renewing struct {
 	p   credentials.Provider
@@ -53,11 +59,13 @@ func (r *renewing) RetrieveWithCredContext(cc *credentials.CredContext) (credent
 	if cc != nil {
 		fetch, caller = *cc, cc.Context
 	}
+	timeout := fetchTimeout
 	if r.valid() {
-		ctx, cancel := context.WithTimeout(cmp.Or(caller, context.Background()), fetchWhileValid)
-		defer cancel()
-		fetch.Context = ctx
+		timeout = fetchWhileValid
 	}
+	ctx, cancel := context.WithTimeout(cmp.Or(caller, context.Background()), timeout)
+	defer cancel()
+	fetch.Context = ctx
 	v, err := r.p.RetrieveWithCredContext(&fetch)
 	if err == nil {
 		r.last, r.err, r.failures = v, nil, 0
