@@ -36,30 +36,18 @@ directories (any mount) and s3:// prefixes (direct GETs). See bench/README.md.`,
 // on the command line is visible to every user through ps.
 type benchS3 struct {
 	endpoint, region string
-	// The mount's bounds on waiting for the store: a check at start, then
-	// each request's first byte and progress, and each operation.
-	connectTimeout, ioTimeout, stallTimeout time.Duration
+	wait             waitFlags // the mount's bounds on waiting for the store
 }
 
 func (b *benchS3) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&b.endpoint, "endpoint", "", "S3 endpoint URL for s3:// paths, http:// or https:// (default: AWS S3; path-style when set)")
 	fl.StringVar(&b.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
-	fl.DurationVar(&b.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
-	fl.DurationVar(&b.ioTimeout, "io-timeout", time.Minute, "how long one request to the store may take, retries included, before the command fails")
-	fl.DurationVar(&b.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a GET with no first byte, or a body slower than 6.5 KB/s (64 KiB in 10 s), for this long")
+	b.wait.register(fl, "how long one request to the store may take, retries included, before the command fails")
 }
 
 // validate refuses the values the mount refuses.
-func (b *benchS3) validate() error {
-	if b.connectTimeout <= 0 {
-		return usageError{fmt.Errorf("--connect-timeout %s: must be positive", b.connectTimeout)}
-	}
-	if b.ioTimeout <= 0 || b.stallTimeout <= 0 {
-		return usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", b.ioTimeout, b.stallTimeout)}
-	}
-	return nil
-}
+func (b *benchS3) validate() error { return b.wait.validate() }
 
 // benchStoreFromURL builds a store for s3://bucket[/prefix] and returns it
 // with the prefix ("" or ending in "/"), once the bucket answered within
@@ -82,12 +70,12 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int,
 	if err != nil {
 		return nil, "", usageError{err}
 	}
-	err = checkStore(ctx, st, cfg, creds, f.connectTimeout)
+	err = checkStore(ctx, st, cfg, creds, f.wait.connect)
 	if create && errors.Is(err, store.ErrNoBucket) {
-		mctx, cancel := context.WithTimeout(ctx, f.ioTimeout)
+		mctx, cancel := context.WithTimeout(ctx, f.wait.io)
 		defer cancel()
 		if err = st.MakeBucket(mctx); errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w: no answer within %s (--io-timeout)", err, f.ioTimeout)
+			err = fmt.Errorf("%w: no answer within %s (--io-timeout)", err, f.wait.io)
 		}
 	}
 	if err != nil {
@@ -99,7 +87,7 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int,
 // benchSource reads st with the mount's retries and timeouts: a store that
 // stalls or stops answering mid-run fails it within --io-timeout.
 func benchSource(st *s3.Store, prefix, label string, f benchS3) bench.StoreSource {
-	retrying := store.NewRetrying(st, store.RetryOptions{IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout})
+	retrying := store.NewRetrying(st, f.wait.retry(nil))
 	return bench.StoreSource{Store: retrying, Prefix: prefix, Label: label}
 }
 
@@ -166,7 +154,7 @@ func newBenchGenCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				cfg.Prefix, dst, cfg.PutTimeout = prefix, st, s3f.ioTimeout
+				cfg.Prefix, dst, cfg.PutTimeout = prefix, st, s3f.wait.io
 			}
 			res, err := bench.Generate(cmd.Context(), cfg, dst, benchProgress(quiet))
 			if err != nil {

@@ -34,7 +34,6 @@ type mountFlags struct {
 	allowOther  bool
 	uid, gid    int
 	metadataTTL time.Duration
-	checkTime   time.Duration
 	debugFUSE   bool
 
 	cacheDir      string
@@ -55,8 +54,7 @@ type mountFlags struct {
 	passthroughMin   string
 	localCopies      string
 	manifest         string
-	ioTimeout        time.Duration
-	stallTimeout     time.Duration
+	wait             waitFlags
 
 	httpAddr  string
 	readyFile string
@@ -73,7 +71,6 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories (default: the caller's)")
 	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted (datasets rarely change under training); listings are re-listed in the background before it passes")
 	fl.IntVar(&f.listAhead, "list-ahead", 32, "LISTs at a time that list the subdirectories ahead of a walker (find, os.walk, ImageFolder) once it has listed two of one directory; 0 turns it off")
-	fl.DurationVar(&f.checkTime, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
 	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
 
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "disk cache directory on local NVMe; survives restarts (unset: RAM cache only)")
@@ -93,8 +90,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
 	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
-	fl.DurationVar(&f.ioTimeout, "io-timeout", time.Minute, "how long a read retries a failing store before it fails with EIO")
-	fl.DurationVar(&f.stallTimeout, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or a body slower than 6.5 KB/s (64 KiB in 10 s), for this long")
+	f.wait.register(fl, "how long a read retries a failing store before it fails with EIO")
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")
@@ -150,11 +146,8 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if f.metadataTTL <= 0 {
 		return p, usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
 	}
-	if f.checkTime <= 0 {
-		return p, usageError{fmt.Errorf("--connect-timeout %s: must be positive", f.checkTime)}
-	}
-	if f.ioTimeout <= 0 || f.stallTimeout <= 0 {
-		return p, usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", f.ioTimeout, f.stallTimeout)}
+	if err := f.wait.validate(); err != nil {
+		return p, err
 	}
 	if f.uid < 0 || f.gid < 0 {
 		return p, usageError{errors.New("--uid and --gid must not be negative")}
@@ -332,7 +325,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			return usageError{fmt.Errorf("--ready-file %s: no directory to write it in", f.readyFile)}
 		}
 	}
-	raw, err := f.s3.openStore(ctx, p.bucket, f.checkTime)
+	raw, err := f.s3.openStore(ctx, p.bucket, f.wait.connect)
 	if err != nil {
 		return err
 	}
@@ -341,10 +334,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	counted := store.NewCounting(raw)
 	counted.C = &stats.store
 	counted.GetLatency = func(d time.Duration) { stats.getLat.Observe(d.Seconds()) }
-	var st store.Store = store.NewRetrying(counted, store.RetryOptions{
-		IOTimeout: f.ioTimeout, FirstByteTimeout: f.stallTimeout, ProgressTimeout: f.stallTimeout,
-		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: &stats.retry,
-	})
+	var st store.Store = store.NewRetrying(counted, f.wait.retry(&stats.retry))
 	foreground := st
 	if f.hedge {
 		foreground = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})

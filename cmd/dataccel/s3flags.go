@@ -190,3 +190,33 @@ func (e noBucketError) Error() string {
 }
 
 func (e noBucketError) Unwrap() error { return store.ErrNoBucket }
+
+// waitFlags bound waiting for the store, the same for every command that
+// reads it: a check at start, each request's first byte and progress, and
+// each operation with its retries.
+type waitFlags struct{ connect, io, stall time.Duration }
+
+// register adds --connect-timeout, --io-timeout (described by ioHelp: what
+// the command does when it passes) and --stall-timeout.
+func (w *waitFlags) register(fl *pflag.FlagSet, ioHelp string) {
+	fl.DurationVar(&w.connect, "connect-timeout", 10*time.Second, "how long to wait for the endpoint at start")
+	fl.DurationVar(&w.io, "io-timeout", time.Minute, ioHelp)
+	fl.DurationVar(&w.stall, "stall-timeout", 10*time.Second, "cut and retry a request with no first byte, or a body slower than 6.5 KB/s (64 KiB in 10 s), for this long")
+}
+
+func (w waitFlags) validate() error {
+	if w.connect <= 0 {
+		return usageError{fmt.Errorf("--connect-timeout %s: must be positive", w.connect)}
+	}
+	if w.io <= 0 || w.stall <= 0 {
+		return usageError{fmt.Errorf("--io-timeout and --stall-timeout must be positive, got %s and %s", w.io, w.stall)}
+	}
+	return nil
+}
+
+// retry is how a command retries the store: until --io-timeout, cutting
+// stalls at --stall-timeout.
+func (w waitFlags) retry(stats *store.RetryStats) store.RetryOptions {
+	return store.RetryOptions{IOTimeout: w.io, FirstByteTimeout: w.stall, ProgressTimeout: w.stall,
+		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: stats}
+}

@@ -148,16 +148,14 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if err != nil {
 		return err
 	}
-	raw, err := f.mount.s3.openStore(ctx, p.bucket, f.mount.checkTime)
+	raw, err := f.mount.s3.openStore(ctx, p.bucket, f.mount.wait.connect)
 	if err != nil {
 		return err
 	}
 	var counts store.Counts
 	counted := store.NewCounting(raw)
 	counted.C = &counts
-	st := store.NewRetrying(counted, store.RetryOptions{
-		IOTimeout: f.mount.ioTimeout, FirstByteTimeout: f.mount.stallTimeout, ProgressTimeout: f.mount.stallTimeout, Attempts: 1000,
-	})
+	st := store.NewRetrying(counted, f.mount.wait.retry(nil))
 
 	var cstats cache.Stats
 	opts := cache.DefaultDiskOptions(f.mount.cacheDir, p.cacheBytes)
