@@ -109,6 +109,24 @@ func readList(file string) (map[string]bool, error) {
 	return set, sc.Err()
 }
 
+// checkFound fails a warm that found nothing to warm under where, and
+// warns when --list (want, nil without one) names paths it did not find:
+// a mistyped prefix, path or list would leave the job it prepares nothing
+// warm. kind names what was looked for, fix what to check.
+func checkFound(logger *slog.Logger, found int, want map[string]bool, kind, where, fix string) error {
+	if found == 0 {
+		what := "no " + kind + " under " + where
+		if want != nil {
+			what += " named by --list"
+		}
+		return errors.New("warm: " + what + ": check the " + fix)
+	}
+	if want != nil && found < len(want) {
+		logger.Warn("--list names paths that are not "+kind+"s under "+where, "missing", len(want)-found)
+	}
+	return nil
+}
+
 // warmFailure is one object that could not be warmed.
 type warmFailure struct {
 	key string
@@ -185,17 +203,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if err != nil {
 		return err
 	}
-	if len(objs) == 0 {
-		// A mistyped prefix or list: the job this warm prepares would
-		// find nothing warm.
-		what := "no object under s3://" + p.bucket + "/" + p.prefix
-		if want != nil {
-			what += " named by --list"
-		}
-		return errors.New("warm: " + what + ": check the prefix")
-	}
-	if want != nil && len(objs) < len(want) {
-		logger.Warn("--list names paths that are not objects under the prefix", "missing", len(want)-len(objs))
+	if err := checkFound(logger, len(objs), want, "object", "s3://"+p.bucket+"/"+p.prefix, "prefix"); err != nil {
+		return err
 	}
 	logger.Info("warming", "objects", len(objs), "bytes", total, "cache_dir", f.mount.cacheDir)
 	// Objects that get a local copy skip the disk cache: the copy holds

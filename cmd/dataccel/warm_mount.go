@@ -102,17 +102,8 @@ func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string
 	if err != nil {
 		return fmt.Errorf("walk %s: %w", dir, err)
 	}
-	// As warm s3://...: a mistyped directory or list would leave the job
-	// it prepares nothing warm.
-	if len(files) == 0 {
-		what := "no file under " + dir
-		if want != nil {
-			what += " named by --list"
-		}
-		return errors.New("warm: " + what + ": check the path")
-	}
-	if want != nil && len(files) < len(want) {
-		logger.Warn("--list names paths that are not files under the directory", "missing", len(want)-len(files), "dir", dir)
+	if err := checkFound(logger, len(files), want, "file", dir, "path"); err != nil {
+		return err
 	}
 	w := mountWarmer{
 		logger: logger, concurrency: f.concurrency, quiet: f.quiet,
