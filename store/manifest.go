@@ -99,6 +99,11 @@ type manifestRecord struct {
 // ErrManifestMismatch: the manifest file is for another bucket or prefix.
 var ErrManifestMismatch = errors.New("manifest is for another bucket or prefix")
 
+// ManifestTempPattern names (as os.CreateTemp takes it) the file a save
+// writes before renaming it, beside the manifest: one a killed save left
+// behind matches it.
+const ManifestTempPattern = ".manifest-*"
+
 // SaveManifest writes m's header and the directories of dirs (m.Dirs is not
 // read) to path atomically (temp file, then rename). The directories are
 // taken one at a time, so a caller that holds the listings in another form
@@ -109,7 +114,7 @@ func SaveManifest(path string, m *Manifest, dirs iter.Seq[ManifestDir]) (nDirs, 
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, 0, fmt.Errorf("save manifest: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".manifest-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), ManifestTempPattern)
 	if err != nil {
 		return 0, 0, fmt.Errorf("save manifest: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/localcopy"
+	"github.com/dataccel/dataccel/store"
 )
 
 // mountRecord is written into the cache dir by a running mount, so that
@@ -84,9 +85,8 @@ func newCacheCmd() *cobra.Command {
 				return fmt.Errorf("purge local copies: %w", err)
 			}
 			// The listings too: a purge asks the next mount to start from
-			// the store, names included (store.SaveManifest's temporary
-			// files start with a dot).
-			for _, pattern := range []string{manifestPrefix + "*", "." + manifestPrefix + "*"} {
+			// the store, names included.
+			for _, pattern := range []string{manifestPrefix + "*", store.ManifestTempPattern} {
 				paths, _ := filepath.Glob(filepath.Join(dir, pattern))
 				for _, p := range paths {
 					if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
