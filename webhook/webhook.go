@@ -467,10 +467,12 @@ func (c Config) sidecar(s settings) corev1.Container {
 }
 
 // identityEnv is the environment by which EKS gives a pod its AWS identity
-// (IRSA, Pod Identity), and the SDKs read.
-var identityEnv = []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME", "AWS_STS_REGIONAL_ENDPOINTS",
+// (IRSA, Pod Identity) that the sidecar reads, and the region: dataccel's
+// --region defaults to $AWS_REGION. (It always asks the regional STS, so
+// AWS_STS_REGIONAL_ENDPOINTS is not copied.)
+var identityEnv = []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME",
 	"AWS_ENDPOINT_URL_STS", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-	"AWS_REGION", "AWS_DEFAULT_REGION"}
+	"AWS_REGION"}
 
 // podIdentity returns the identity environment of the first container of
 // pod that has one (AWS_ROLE_ARN or AWS_CONTAINER_CREDENTIALS_FULL_URI),

@@ -670,7 +670,7 @@ func TestPodIdentity(t *testing.T) {
   - name: eks-pod-identity-token
     projected: {sources: [{serviceAccountToken: {audience: pods.eks.amazonaws.com, expirationSeconds: 86400, path: eks-pod-identity-token}}]}
 `, 1)
-	irsaEnv := []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_STS_REGIONAL_ENDPOINTS", "AWS_REGION"}
+	irsaEnv := []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_REGION"} // not AWS_STS_REGIONAL_ENDPOINTS: unread
 	secretEnv := []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 	tests := []struct {
 		name, cfgCreds, pod string   // cfgCreds: the webhook's --credentials
