@@ -271,14 +271,23 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			cfg.Logger = logger
 			// The outputs are made now: a path that cannot be written would
 			// otherwise only show after every epoch ran.
+			// Unless the run writes them, the files the checks created go.
 			var outputs []benchOutput
-			for _, o := range []benchOutput{{flag: "json", path: jsonFile}, {flag: "html", path: htmlFile}} {
+			written := false
+			defer func() {
+				if !written {
+					for _, o := range outputs {
+						o.remove()
+					}
+				}
+			}()
+			for _, o := range []benchOutput{{flag: "json", path: jsonFile, write: (*bench.Result).WriteJSON},
+				{flag: "html", path: htmlFile, write: (*bench.Result).WriteHTML}} {
 				if o.path == "" {
 					continue
 				}
 				var err error
 				if o.remove, err = checkOutput(o.path); err != nil {
-					removeOutputs(outputs)
 					return usageError{fmt.Errorf("--%s %s: %w", o.flag, o.path, err)}
 				}
 				outputs = append(outputs, o)
@@ -287,7 +296,6 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			for _, a := range args {
 				if !strings.HasPrefix(a, "s3://") {
 					if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
-						removeOutputs(outputs)
 						return usageError{fmt.Errorf("%s: not a directory or s3:// URL", a)}
 					}
 					sources = append(sources, bench.DirSource{Root: a})
@@ -295,7 +303,6 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 				}
 				st, prefix, err := benchStoreFromURL(cmd.Context(), a, s3f, cfg.Concurrency, false)
 				if err != nil {
-					removeOutputs(outputs)
 					return err
 				}
 				sources = append(sources, benchSource(st, prefix, a, s3f))
@@ -305,7 +312,6 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 				// A run stopped mid-way still shows the epochs it
 				// completed; its files are not written, so that no
 				// partial result passes for a whole one.
-				removeOutputs(outputs)
 				if res != nil && res.Epochs() > 0 {
 					if terr := res.WriteTable(cmd.OutOrStdout()); terr != nil {
 						return errors.Join(err, terr)
@@ -316,12 +322,9 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			// The tables first, and each output whatever became of the
 			// others: one that fails loses nothing else.
 			werr := res.WriteTable(cmd.OutOrStdout())
+			written = true
 			for _, o := range outputs {
-				write := res.WriteJSON
-				if o.flag == "html" {
-					write = res.WriteHTML
-				}
-				werr = errors.Join(werr, writeFile(o.path, write))
+				werr = errors.Join(werr, writeFile(o.path, func(w io.Writer) error { return o.write(res, w) }))
 			}
 			return werr
 		},
@@ -355,10 +358,11 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 	return cmd
 }
 
-// benchOutput is a report file bench run writes (--json, --html); remove
-// undoes its check.
+// benchOutput is a report file bench run writes (--json, --html) with
+// write; remove undoes its check.
 type benchOutput struct {
 	flag, path string
+	write      func(*bench.Result, io.Writer) error
 	remove     func()
 }
 
@@ -375,13 +379,6 @@ func checkOutput(path string) (remove func(), err error) {
 		return func() { os.Remove(path) }, nil
 	}
 	return func() {}, nil
-}
-
-// removeOutputs deletes the files the checks created, for a run that writes none.
-func removeOutputs(outputs []benchOutput) {
-	for _, o := range outputs {
-		o.remove()
-	}
 }
 
 // writeFile writes through write to path, reporting a failed close (a full
