@@ -89,6 +89,10 @@ type Config struct {
 	PassthroughMinSize int64
 }
 
+// passthrough reports whether the mount may serve files from local copies
+// (and so answers OPEN while it does).
+func (c *Config) passthrough() bool { return c.Copies != nil && c.PassthroughMinSize > 0 }
+
 // FS is the mounted filesystem's state shared by all nodes.
 type FS struct {
 	cfg     Config
@@ -176,7 +180,7 @@ func newFS(cfg Config) *FS {
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
 		staleSince: map[uint64]time.Time{}}
-	if cfg.Copies == nil || cfg.PassthroughMinSize <= 0 {
+	if !cfg.passthrough() {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
 	go ns.keepFresh() // until stop
@@ -315,7 +319,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 		}
 	}
 	// A new version is a new inode; the old one lives on for open files.
-	return d.NewInode(ctx, &fileNode{fsys: d.fsys, obj: e.obj}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
+	return d.NewInode(ctx, d.fsys.newFileNode(e.obj), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
 }
 
 func (d *dirNode) controlDir(ctx context.Context, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -371,11 +375,20 @@ type fileNode struct {
 	mu sync.Mutex
 	r  Reader // guarded by mu: the reader of the latest pass over the file
 
-	opens nodeOpens // on a mount that answers OPEN (passthrough)
+	opens *nodeOpens // on a mount that may answer OPEN (passthrough), else nil: a mount holds a node per file
 
 	// drops counts refused writes whose pages are still to be dropped
 	// (dropWritten); the goroutine that drops them runs while it is > 0.
 	drops atomic.Int64
+}
+
+// newFileNode makes the node of obj.
+func (f *FS) newFileNode(obj store.Object) *fileNode {
+	n := &fileNode{fsys: f, obj: obj}
+	if f.cfg.passthrough() {
+		n.opens = new(nodeOpens)
+	}
+	return n
 }
 
 var (

@@ -219,7 +219,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("mount %s: %w", abs, err)
 	}
 	go func() { server.Wait(); fsys.stop() }() // however the mount ends
-	if cfg.Copies != nil && cfg.PassthroughMinSize > 0 {
+	if cfg.passthrough() {
 		if why := passthroughMissing(server.KernelSettings().Flags64()); why != "" {
 			fsys.pt.Store(ptOff)
 			fsys.log.Info("large files are read through the mount, not from local copies", "reason", why)

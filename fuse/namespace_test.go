@@ -417,3 +417,44 @@ func TestRelistUnchanged(t *testing.T) {
 		t.Fatal("generation unchanged after a relisting that found a new file")
 	}
 }
+
+// TestLookUp finds every entry of a listing, files and directories, by
+// string and by bytes, and no name that falls before, between or after
+// them, nor a prefix of one; a name in bytes makes no string.
+func TestLookUp(t *testing.T) {
+	b := newDirBuilder()
+	for _, name := range []string{"b.jpg", "d", "b.jpg.txt", "a b", "é.jpg", "Z.jpg"} {
+		b.files[name] = store.Object{Key: "train/" + name, Size: int64(len(name))}
+	}
+	b.dirs["c"] = true
+	b.dirs["d"] = true // a file of the same name gives way to the directory
+	ns := newNamespace(t.Context(), nil, time.Hour, slog.New(slog.DiscardHandler))
+	l := ns.build(b, time.Time{})
+	want := map[string]bool{"Z.jpg": false, "a b": false, "b.jpg": false, "b.jpg.txt": false, "c": true, "d": true, "é.jpg": false}
+	if len(l.entries) != len(want) {
+		t.Fatalf("%d entries, want %d", len(l.entries), len(want))
+	}
+	for name, dir := range want {
+		for _, found := range []func() (entry, bool){
+			func() (entry, bool) { return lookUp(l, name) },
+			func() (entry, bool) { return lookUp(l, []byte(name)) },
+		} {
+			e, ok := found()
+			if !ok || e.name != name || e.dir != dir || !dir && e.obj.Key != "train/"+name {
+				t.Errorf("lookUp(%q) = %+v, %v", name, e, ok)
+			}
+		}
+	}
+	for _, name := range []string{"", "A", "b", "b.jp", "b.jpg.", "ca", "e", "zz", "\xff"} {
+		if e, ok := lookUp(l, name); ok {
+			t.Errorf("lookUp(%q) found %+v", name, e)
+		}
+		if e, ok := lookUp(l, []byte(name)); ok {
+			t.Errorf("lookUp(%q in bytes) found %+v", name, e)
+		}
+	}
+	name := []byte("b.jpg.txt")
+	if n := testing.AllocsPerRun(100, func() { lookUp(l, name) }); n != 0 {
+		t.Errorf("a lookup by bytes allocates %v times", n)
+	}
+}

@@ -196,7 +196,7 @@ func (h *openHandle) PassthroughFd() (int, bool) {
 	if !h.pt {
 		return -1, false
 	}
-	o := &h.n.opens
+	o := h.n.opens
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.copy == nil {
@@ -206,7 +206,7 @@ func (h *openHandle) PassthroughFd() (int, bool) {
 }
 
 func (h *openHandle) Release(ctx context.Context) syscall.Errno {
-	o := &h.n.opens
+	o := h.n.opens
 	if !h.pt {
 		o.mu.Lock()
 		o.cached--
@@ -227,7 +227,7 @@ func (h *openHandle) Release(ctx context.Context) syscall.Errno {
 // process keeps the page cache (FOPEN_KEEP_CACHE), as it does when opens
 // are not answered.
 func (n *fileNode) openAnswered(ctx context.Context) (gofs.FileHandle, uint32, syscall.Errno) {
-	o := &n.opens
+	o := n.opens
 	cached := func() (gofs.FileHandle, uint32, syscall.Errno) {
 		o.cached++
 		return &openHandle{n: n}, gofuse.FOPEN_KEEP_CACHE, 0

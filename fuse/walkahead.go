@@ -264,7 +264,7 @@ func (w *walkAhead) expand(exp expansion) {
 // subdirPos is the place of the subdirectory name among l's
 // subdirectories (l.dirs), or false when l has no such subdirectory.
 func subdirPos(l *listing, name string) (int, bool) {
-	i, ok := l.index[name]
+	i, ok := position(l, name)
 	if !ok || !l.entries[i].dir {
 		return 0, false
 	}
