@@ -27,7 +27,7 @@ type entry struct {
 
 // listing is one directory's entries, immutable once built.
 type listing struct {
-	entries []entry // sorted by name: position finds one without a map of its own (a map costs about 40 B a file)
+	entries []entry       // sorted by name: position finds one without a map of its own (a map costs about 40 B a file)
 	dirs    []int         // indices in entries of the subdirectories, ascending
 	at      time.Time     // when its LIST started: what it says is no older
 	took    time.Duration // how long its LIST took (0 from a manifest)
