@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -408,5 +409,51 @@ func TestFileCredentialsChange(t *testing.T) {
 		if got := key(); got != step.want {
 			t.Fatalf("after writing %q: key %q, want %q", step.body, got, step.want)
 		}
+	}
+}
+
+// TestS3Config: how the flags and the environment set the request style,
+// the region and AWS's dual-stack hosts, and that a wrong --path-style is
+// a usage error.
+func TestS3Config(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		flags                 s3Flags
+		region, dualStack     string // AWS_REGION, AWS_USE_DUALSTACK_ENDPOINT
+		wantPath, wantDual    bool
+		wantRegion, wantUsage string
+	}{
+		{name: "AWS", flags: s3Flags{pathStyle: "auto"}, wantRegion: "us-east-1"},
+		{name: "AWS by its endpoint", flags: s3Flags{pathStyle: "auto", endpoint: "https://s3.eu-west-1.amazonaws.com"}, wantRegion: "us-east-1"},
+		{name: "another server", flags: s3Flags{pathStyle: "auto", endpoint: "http://minio:9000"}, wantPath: true, wantRegion: "us-east-1"},
+		{name: "another server, virtual-hosted", flags: s3Flags{pathStyle: "off", endpoint: "http://minio:9000"}, wantRegion: "us-east-1"},
+		{name: "AWS, path-style", flags: s3Flags{pathStyle: "on"}, wantPath: true, wantRegion: "us-east-1"},
+		{name: "wrong path-style", flags: s3Flags{pathStyle: "yes"}, wantUsage: `--path-style "yes"`},
+		{name: "region from the environment", flags: s3Flags{pathStyle: "auto"}, region: "eu-central-1", wantRegion: "eu-central-1"},
+		{name: "--region over the environment", flags: s3Flags{pathStyle: "auto", region: "ap-south-1"}, region: "eu-central-1", wantRegion: "ap-south-1"},
+		{name: "dual-stack", flags: s3Flags{pathStyle: "auto"}, dualStack: "true", wantDual: true, wantRegion: "us-east-1"},
+		{name: "dual-stack off", flags: s3Flags{pathStyle: "auto"}, dualStack: "false", wantRegion: "us-east-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+			t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+			t.Setenv("AWS_REGION", tc.region)
+			t.Setenv("AWS_USE_DUALSTACK_ENDPOINT", tc.dualStack)
+			cfg, _, err := tc.flags.config(t.Context(), "bucket")
+			if tc.wantUsage != "" {
+				var u usageError
+				if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.wantUsage) {
+					t.Fatalf("err %v, want a usage error naming %s", err, tc.wantUsage)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.PathStyle != tc.wantPath || cfg.DualStack != tc.wantDual || cfg.Region != tc.wantRegion || cfg.Bucket != "bucket" {
+				t.Fatalf("path-style %v, dual-stack %v, region %q, bucket %q; want %v, %v, %q, bucket",
+					cfg.PathStyle, cfg.DualStack, cfg.Region, cfg.Bucket, tc.wantPath, tc.wantDual, tc.wantRegion)
+			}
+		})
 	}
 }

@@ -67,7 +67,8 @@ func (f *s3Flags) config(ctx context.Context, bucket string) (s3.Config, string,
 		// would not even use (it takes the host alone).
 		return s3.Config{}, "", usageError{errors.New("--endpoint must not carry credentials (user:password@host): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --credentials-file")}
 	}
-	cfg := s3.Config{Endpoint: f.endpoint, Bucket: bucket, Region: f.region}
+	cfg := s3.Config{Endpoint: f.endpoint, Bucket: bucket, Region: f.region,
+		DualStack: strings.EqualFold(os.Getenv("AWS_USE_DUALSTACK_ENDPOINT"), "true")} // AWS's SDKs' switch
 	if cfg.Region == "" {
 		cfg.Region = os.Getenv("AWS_REGION")
 	}

@@ -69,8 +69,9 @@ func Binary() (string, error) {
 	return "", fmt.Errorf("versitygw not found (set $VERSITYGW, or run `make deps`)")
 }
 
-// Start launches a server in a new temporary directory and waits until it answers.
-func Start() (*Server, error) {
+// Start launches a server in a new temporary directory and waits until it
+// answers; extra are more of versitygw's flags.
+func Start(extra ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -98,8 +99,9 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
-		"--keep-alive", "--quiet", "--port", s.Addr, "posix", s.Dir)
+	args := append([]string{"--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
+		"--keep-alive", "--quiet", "--port", s.Addr}, extra...)
+	s.cmd = exec.Command(bin, append(args, "posix", s.Dir)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logf, s.logf
 	s.done = make(chan struct{})
 	if err := startOwned(s.cmd, s.done); err != nil {

@@ -49,7 +49,12 @@ type Config struct {
 	Region   string
 	Bucket   string
 	// PathStyle forces path-style requests (needed by most non-AWS servers).
-	PathStyle   bool
+	PathStyle bool
+	// DualStack reaches AWS at its dual-stack (IPv4 and IPv6) hosts,
+	// s3.dualstack.REGION.amazonaws.com; off, at the regional ones,
+	// s3.REGION.amazonaws.com, as AWS's SDKs do unless asked: those are
+	// the names a VPC's private DNS for S3 interface endpoints answers.
+	DualStack   bool
 	Credentials Credentials
 	// Provider, when set, hands out keys in place of Credentials, and
 	// renews them when it says they expired (temporary keys from STS, a
@@ -68,6 +73,10 @@ type Config struct {
 	// MaxRetries bounds minio-go's own tries of a request (default 1: no
 	// retries; store.Retrying is the one retry layer, so each retry is counted).
 	MaxRetries int
+	// Dial opens the store's connections (nil: a net.Dialer). A test
+	// routes the hosts a virtual-hosted bucket is reached at (AWS's) to a
+	// local server with it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Store is a store.Store backed by one bucket.
@@ -121,41 +130,42 @@ func New(cfg Config) (*Store, error) {
 	default:
 		creds, anonymous = credentials.New(&credentials.Static{}), true
 	}
-	transport := newTransport(cfg.MaxConns)
-	client, err := minio.New(host, &minio.Options{
-		Creds:        creds,
-		Secure:       secure,
-		Region:       cfg.Region,
-		BucketLookup: lookup,
-		Transport:    transport,
-		MaxRetries:   cfg.MaxRetries,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
-	client.SetAppInfo("dataccel", "1")
-	presigner := client
-	if anonymous {
-		presigner, err = minio.New(host, &minio.Options{
-			Creds: credentials.NewStaticV4("anonymous", "anonymous", ""), Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: transport,
+	newClient := func(creds *credentials.Credentials, t http.RoundTripper, retries int) (*minio.Client, error) {
+		c, err := minio.New(host, &minio.Options{
+			Creds: creds, Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: t, MaxRetries: retries,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("s3: client for %s: %w", host, err)
 		}
+		c.SetAppInfo("dataccel", "1")
+		c.SetS3EnableDualstack(cfg.DualStack) // minio-go's default for AWS is on
+		return c, nil
 	}
-	t := newTransport(1)
-	t.DisableKeepAlives = true
-	oneShot, err := minio.New(host, &minio.Options{
-		Creds: creds, Secure: secure, Region: cfg.Region, BucketLookup: lookup, Transport: t, MaxRetries: cfg.MaxRetries,
-	})
+	transport := newTransport(cfg.MaxConns, cfg.Dial)
+	client, err := newClient(creds, transport, cfg.MaxRetries)
 	if err != nil {
-		return nil, fmt.Errorf("s3: client for %s: %w", host, err)
+		return nil, err
+	}
+	presigner := client
+	if anonymous {
+		if presigner, err = newClient(credentials.NewStaticV4("anonymous", "anonymous", ""), transport, 0); err != nil {
+			return nil, err
+		}
+	}
+	t := newTransport(1, cfg.Dial)
+	t.DisableKeepAlives = true
+	oneShot, err := newClient(creds, t, cfg.MaxRetries)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.ListParallel <= 0 {
 		cfg.ListParallel = 8
 	}
 	hc := &http.Client{Transport: transport}
-	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc, wire: newWire(cfg.MaxConns, hc)}
+	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc, wire: newWire(cfg.MaxConns, hc, cfg.Dial)}
 	if !anonymous {
 		get.creds = creds
 	}
@@ -163,13 +173,10 @@ func New(cfg Config) (*Store, error) {
 		http: hc, get: get, presigner: presigner, anonymous: anonymous, listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
 }
 
-func newTransport(maxConns int) *http.Transport {
+func newTransport(maxConns int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dial,
 		MaxIdleConns:          maxConns,
 		MaxIdleConnsPerHost:   maxConns,
 		IdleConnTimeout:       90 * time.Second,

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,5 +201,94 @@ func TestReadErrors(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestVirtualHosted reads a bucket the way a mount of s3://bucket on AWS
+// reads it: with the bucket in the host name (virtual-hosted requests,
+// what path-style "auto" means for AWS endpoints), at the regional host or,
+// when asked, the dual-stack one, from a server that takes the bucket from
+// that host alone. Dial routes AWS's host names to it; every connection
+// after the bucket is made must go to the bucket's host.
+func TestVirtualHosted(t *testing.T) {
+	for _, tc := range []struct {
+		dualStack bool
+		domain    string
+	}{
+		{false, "s3.us-east-1.amazonaws.com"},
+		{true, "s3.dualstack.us-east-1.amazonaws.com"},
+	} {
+		t.Run(tc.domain, func(t *testing.T) { testVirtualHosted(t, tc.dualStack, tc.domain) })
+	}
+}
+
+func testVirtualHosted(t *testing.T, dualStack bool, domain string) {
+	vs, err := testenv.Start("--virtual-domain", domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vs.Stop)
+	var mu sync.Mutex
+	dialed := map[string]int{}
+	cfg := vs.Config("vbucket")
+	cfg.Endpoint, cfg.PathStyle, cfg.DualStack = "http://s3.amazonaws.com", false, dualStack
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed[addr]++
+		mu.Unlock()
+		return (&net.Dialer{}).DialContext(ctx, network, vs.Addr)
+	}
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := st.MakeBucket(ctx); err != nil { // minio-go makes it with a path-style request
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clear(dialed)
+	mu.Unlock()
+	keys := []string{"train/a b/ünï.jpg", "train/plain.jpg", "train/q?x#y"}
+	objs := map[string]store.Object{}
+	for i, k := range keys {
+		objs[k] = testenv.Put(t, st, k, bytes.Repeat([]byte{byte('a' + i)}, 1000+i))
+	}
+	if err := st.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	if err := st.List(ctx, "train/", true, func(o store.Object) error { listed = append(listed, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sort.Strings(listed); strings.Join(listed, ",") != strings.Join(keys, ",") {
+		t.Fatalf("listed %q, want %q", listed, keys)
+	}
+	for i, k := range keys {
+		if got, err := st.Stat(ctx, k); err != nil || got.Size != objs[k].Size {
+			t.Fatalf("stat %q: %+v, %v", k, got, err)
+		}
+		rc, err := st.ReadRange(ctx, objs[k], 10, 100)
+		if err != nil {
+			t.Fatalf("read %q: %v", k, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(b, bytes.Repeat([]byte{byte('a' + i)}, 100)) {
+			t.Fatalf("read %q: %d bytes, %v", k, len(b), err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(vs.Dir, "vbucket", "train", "plain.jpg")); err != nil {
+		t.Errorf("the server did not store the object in bucket vbucket: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for addr := range dialed {
+		if !strings.HasPrefix(addr, "vbucket."+domain+":") {
+			t.Errorf("dialed %s: want the bucket's own host, vbucket.%s (all dialed: %v)", addr, domain, dialed)
+		}
+	}
+	if len(dialed) == 0 {
+		t.Error("nothing dialed")
 	}
 }

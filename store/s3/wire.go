@@ -20,7 +20,7 @@ import (
 // costs a small GET about as much CPU as reading its body. Requests that
 // need more than a plain HTTP/1.1 exchange (a proxy) go to fallback.
 type wire struct {
-	dialer   net.Dialer
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	tls      *tls.Config   // for https; nil: the system's roots
 	maxIdle  int           // idle connections kept per host
 	maxAge   time.Duration // idle time after which a connection is not used again
@@ -38,9 +38,9 @@ type wireConn struct {
 	idleSince time.Time
 }
 
-func newWire(maxIdle int, fallback *http.Client) *wire {
+func newWire(maxIdle int, fallback *http.Client, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *wire {
 	return &wire{
-		dialer:  net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		dial:    dial,
 		maxIdle: max(1, maxIdle),
 		// Servers close idle connections (S3 after about 20 s); a
 		// connection idle longer is likely closed, and using it would
@@ -134,7 +134,7 @@ func (w *wire) conn(ctx context.Context, u *url.URL, key string, fresh bool) (wc
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	c, err := w.dialer.DialContext(ctx, "tcp", addr)
+	c, err := w.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err
 	}

@@ -86,7 +86,7 @@ func TestWire(t *testing.T) {
 		name := map[bool]string{false: "http", true: "https"}[tlsOn]
 		t.Run(name, func(t *testing.T) {
 			srv, conns := wireServer(t, tlsOn, h)
-			w := newWire(8, srv.Client())
+			w := newWire(8, srv.Client(), (&net.Dialer{}).DialContext)
 			if tlsOn {
 				roots := x509.NewCertPool()
 				roots.AddCert(srv.Certificate())
