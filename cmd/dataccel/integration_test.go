@@ -483,13 +483,20 @@ func TestCorruptCacheThroughMount(t *testing.T) {
 }
 
 // TestWarmResume interrupts a warm, runs it again: the second run fetches
-// only the rest, and a mount on the warmed cache reads with no GET.
+// only the rest, and a mount on the warmed cache reads with no GET. The
+// store is behind a 20 ms round trip, so the warm (four GETs at a time)
+// takes over a second after the interrupt's 30 blocks: it lands mid-run.
 func TestWarmResume(t *testing.T) {
 	st := srv.NewBucket(t)
 	files := dataset(t, st, "w/", 300, 20<<10)
 	cacheDir := t.TempDir()
 	setCreds(t, srv.AccessKey, srv.SecretKey)
-	warmArgs := []string{"warm", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--concurrency", "4", "-q", "s3://" + st.Bucket() + "/w"}
+	delay, err := testenv.StartDelayProxy(srv.Addr, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { delay.Close() })
+	warmArgs := []string{"warm", "--endpoint", "http://" + delay.Addr, "--cache-dir", cacheDir, "--concurrency", "4", "-q", "s3://" + st.Bucket() + "/w"}
 
 	// first run: stopped by SIGINT once part of the cache is written
 	cmd := exec.Command(bin, warmArgs...)
@@ -502,7 +509,7 @@ func TestWarmResume(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool { n, _ := countBlocks(cacheDir); return n >= 30 })
 	cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err == nil {
-		t.Log("warm finished before the interrupt; the resume below then has nothing to fetch")
+		t.Fatalf("warm finished before the interrupt:\n%s", out.String())
 	} else if !strings.Contains(out.String(), "run it again") {
 		t.Fatalf("interrupted warm did not say how to resume:\n%s", out.String())
 	}
