@@ -162,7 +162,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	case resp.StatusCode == http.StatusPartialContent || (resp.StatusCode == http.StatusOK && off == 0):
 	case resp.StatusCode == http.StatusOK:
 		resp.Body.Close()
-		return nil, fmt.Errorf("the server ignored the range %s (status %s)", rng, resp.Status)
+		return nil, fmt.Errorf("the server ignored the range %s (status %s): %w", rng, resp.Status, store.ErrRefused)
 	default:
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,9 +61,13 @@ func TestGetAnswers(t *testing.T) {
 	})
 	ctx := context.Background()
 	obj := store.Object{Key: "k", Size: int64(len(object)), ETag: "e1"}
-	if rc, err := st.ReadRange(ctx, obj, 3, 4); err == nil {
-		rc.Close()
-		t.Fatal("a 200 answer to a read at offset 3 was taken")
+	// Refused for good: the same request would get the same answer, and
+	// the retry layer would send it until --io-timeout.
+	if rc, err := st.ReadRange(ctx, obj, 3, 4); !errors.Is(err, store.ErrRefused) {
+		if err == nil {
+			rc.Close()
+		}
+		t.Fatalf("a 200 answer to a read at offset 3: %v, want ErrRefused", err)
 	}
 	rc, err := st.ReadRange(ctx, obj, 0, 4)
 	if err != nil {
@@ -241,4 +246,43 @@ func storeAt(t *testing.T, h http.HandlerFunc) *Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestGetErrorAnswers: an S3 error answer becomes the store's sentinel
+// error, and throttling or a timeout on the server's side stays retryable
+// whatever its status (S3 sends RequestTimeout as a 400).
+func TestGetErrorAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		code   string
+		want   error // nil: retryable
+	}{
+		{http.StatusNotFound, "NoSuchKey", store.ErrNotExist},
+		{http.StatusForbidden, "AccessDenied", store.ErrAccess},
+		{http.StatusPreconditionFailed, "PreconditionFailed", store.ErrChanged},
+		{http.StatusBadRequest, "InvalidArgument", store.ErrRefused},
+		{http.StatusBadRequest, "RequestTimeout", nil},
+		{http.StatusBadRequest, "Throttling", nil},
+		{http.StatusBadRequest, "ThrottlingException", nil},
+		{http.StatusTooManyRequests, "RequestThrottled", nil},
+		{http.StatusServiceUnavailable, "SlowDown", nil},
+		{http.StatusInternalServerError, "InternalError", nil},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(tc.status)
+				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>m</Message></Error>`, tc.code)
+			})
+			_, err := st.ReadRange(t.Context(), store.Object{Key: "k", Size: 10, ETag: "e"}, 0, 4)
+			switch {
+			case err == nil:
+				t.Fatal("no error")
+			case tc.want == nil && !store.Retryable(err):
+				t.Fatalf("%v: not retryable", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
 }

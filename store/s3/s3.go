@@ -304,6 +304,8 @@ func mapErr(err error) error {
 		sentinel = store.ErrChanged
 	case "PermanentRedirect": // a 301: the bucket lives in another region
 		sentinel = store.ErrRefused
+	case "RequestTimeout", "Throttling", "ThrottlingException", "RequestThrottled", "SlowDown":
+		// retryable, whatever the status (S3 sends RequestTimeout as a 400)
 	default:
 		switch resp.StatusCode {
 		case http.StatusNotFound:
