@@ -286,3 +286,34 @@ func TestGetErrorAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestGetCancelledMidBody: a read of a body the caller cancels fails with
+// the cancel (context.Canceled), directly and through the retry layer,
+// which then gives up at once, not with the "i/o timeout" of the deadline
+// that cut the connection.
+func TestGetCancelledMidBody(t *testing.T) {
+	st := storeAt(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"e1"`)
+		w.Header().Set("Content-Length", "20")
+		io.WriteString(w, "0123456789")
+		w.(http.Flusher).Flush()
+		select { // the rest never comes while the test runs
+		case <-r.Context().Done():
+		case <-time.After(time.Minute):
+		}
+	})
+	for _, s := range []store.Store{st, store.NewRetrying(st, store.RetryOptions{IOTimeout: time.Minute})} {
+		ctx, cancel := context.WithCancel(t.Context())
+		rc, err := s.ReadRange(ctx, store.Object{Key: "k", Size: 20, ETag: "e1"}, 0, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		_, err = io.ReadAll(rc)
+		rc.Close()
+		if !errors.Is(err, context.Canceled) || time.Since(start) > 30*time.Second {
+			t.Fatalf("%T: %v after %v, want context.Canceled", s, err, time.Since(start))
+		}
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -84,8 +86,14 @@ func staleConn(err error) bool {
 
 func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error) {
 	// Cancelling the request unblocks its reads and writes (a deadline in
-	// the past); the connection is not reused after that.
-	stop := context.AfterFunc(req.Context(), func() { wc.c.SetDeadline(time.Unix(1, 0)) })
+	// the past); the connection is not reused after that. A read of the
+	// body that fails then says why (cancelled), not "i/o timeout".
+	cancelled := new(atomic.Pointer[error])
+	stop := context.AfterFunc(req.Context(), func() {
+		err := req.Context().Err()
+		cancelled.Store(&err)
+		wc.c.SetDeadline(time.Unix(1, 0))
+	})
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		wc.c.Close()
@@ -104,7 +112,7 @@ func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error
 	if err != nil {
 		return fail(err)
 	}
-	resp.Body = &wireBody{w: w, wc: wc, body: resp.Body, reuse: !resp.Close, stop: stop}
+	resp.Body = &wireBody{w: w, wc: wc, body: resp.Body, reuse: !resp.Close, stop: stop, cancelled: cancelled}
 	return resp, nil
 }
 
@@ -175,7 +183,9 @@ type wireBody struct {
 	body  io.ReadCloser
 	reuse bool        // the response allows another request on the connection
 	stop  func() bool // stops the cancellation watch
-	done  bool
+	// cancelled holds the request's context error once it is cancelled.
+	cancelled *atomic.Pointer[error]
+	done      bool
 }
 
 func (b *wireBody) Read(p []byte) (int, error) {
@@ -185,6 +195,8 @@ func (b *wireBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if err == io.EOF {
 		b.finish(true)
+	} else if c := b.cancelled.Load(); err != nil && c != nil {
+		err = fmt.Errorf("read body: %w (%v)", *c, err)
 	}
 	return n, err
 }
