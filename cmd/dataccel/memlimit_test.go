@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/dataccel/dataccel/cache"
 )
 
 func TestMemoryLimitFor(t *testing.T) {
@@ -246,6 +248,39 @@ func TestFlagsWithoutEffect(t *testing.T) {
 			}
 			if !ok {
 				t.Errorf("warnings %q, want %q", p.warnings, tc.want)
+			}
+		})
+	}
+}
+
+// TestCacheMinFreeZero: --cache-min-free 0 keeps no free space, and keeps
+// the disk cache's free-space check: without it the cache would fill the
+// file system to ENOSPC and turn its writes off as if the disk failed.
+func TestCacheMinFreeZero(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		floor func(blocks int64) bool
+	}{
+		{"0", func(b int64) bool { return b == 0 }},
+		{"1MiB", func(b int64) bool { return b > 0 }},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			var f mountFlags
+			cmd := &cobra.Command{}
+			f.register(cmd)
+			dir := t.TempDir()
+			if err := cmd.Flags().Parse([]string{"--cache-dir", dir, "--cache-min-free", tc.value}); err != nil {
+				t.Fatal(err)
+			}
+			p, err := f.plan("s3://bucket/prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.minFree <= 0 {
+				t.Fatalf("fraction %v turns the free-space check off", p.minFree)
+			}
+			if _, floor, err := cache.FreeSpace(dir, p.minFree); err != nil || !tc.floor(floor) {
+				t.Fatalf("floor %d bytes, %v", floor, err)
 			}
 		})
 	}
