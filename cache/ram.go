@@ -160,6 +160,13 @@ func (r *RAM) Put(k Key, b []byte) {
 	e := &ramEntry{key: k, data: b}
 	if r.victim.Load() != nil {
 		r.mu.Lock()
+		if r.held[k] != nil {
+			// Held or about to be (the cache applies Sets later): the same
+			// bytes (a key names one version). A second Set would be
+			// refused as a duplicate and take k out of held.
+			r.mu.Unlock()
+			return
+		}
 		r.held[k] = e
 		r.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
 )
 
@@ -85,5 +86,34 @@ func TestRAMReserve(t *testing.T) {
 		if got := fill(64); got != tc.want {
 			t.Errorf("%d bytes held with %d reserved, want %d", got, tc.reserve, tc.want)
 		}
+	}
+}
+
+// TestRAMPutTwice: two Puts of one key before the cache applies the first
+// (two readers' disk hits of one block, both promoted) keep one block: the
+// tier still says it holds it, hands nothing to the disk tier and drops
+// nothing.
+func TestRAMPutTwice(t *testing.T) {
+	stats := new(Stats)
+	ram, err := NewRAM(64<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	var given atomic.Int64
+	ram.setVictim(func(Key, []byte) { given.Add(1) })
+	for i := range 50 {
+		k := testKey(keyName(i), 0)
+		ram.Put(k, blockFor(k, 64<<10))
+		ram.Put(k, blockFor(k, 64<<10))
+		ram.Flush()
+		b, ok := ram.Get(k)
+		if !ok || !ram.Contains(k) {
+			t.Fatalf("block %d: served %v, contained %v", i, ok, ram.Contains(k))
+		}
+		checkExact(t, k, b, 64<<10)
+	}
+	if given.Load() != 0 || stats.RAMDropped.Load() != 0 {
+		t.Fatalf("%d blocks given up, %d dropped; want none", given.Load(), stats.RAMDropped.Load())
 	}
 }
