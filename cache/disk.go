@@ -37,8 +37,8 @@ type DiskOptions struct {
 	// except while the write queue holds a quarter of QueueBytes or more.
 	// DefaultDiskOptions turns it on; callers should default it to true.
 	Compress bool
-	// Sync fdatasyncs the segment after each record, before the record
-	// enters the index. Without it a power loss may leave records with bad
+	// Sync fdatasyncs the segment after each batch of records (up to 64),
+	// before they enter the index. Without it a power loss may leave records with bad
 	// content, which the checksums turn into misses; a crashed process
 	// (SIGKILL) loses nothing either way.
 	Sync bool

@@ -221,7 +221,9 @@ func (r *RAM) Full() bool {
 	return lately(r.lastOut.Load(), fullFor)
 }
 
-// Contains reports whether k is cached, without counting a hit or a miss.
+// Contains reports whether k is cached, without counting a hit or a miss
+// in the tier's stats (with no victim, the cache's own admission counts
+// see a lookup).
 func (r *RAM) Contains(k Key) bool {
 	if r.victim.Load() != nil {
 		return r.pending(k) != nil
