@@ -97,18 +97,23 @@ func (r *RAM) setVictim(fn func(Key, []byte)) {
 	r.victim.Store(&fn)
 }
 
-// givenUp hands a block the tier no longer holds to the victim.
+// givenUp hands a block the tier no longer holds to the victim, unless
+// Forget dropped it first (its Set still buffered): its bytes live
+// elsewhere, and the disk tier must not get them.
 func (r *RAM) givenUp(e *ramEntry) {
 	v := r.victim.Load()
 	if v == nil || e == nil {
 		return
 	}
 	r.mu.Lock()
-	if r.held[e.key] == e {
+	held := r.held[e.key] == e
+	if held {
 		delete(r.held, e.key)
 	}
 	r.mu.Unlock()
-	(*v)(e.key, e.data)
+	if held {
+		(*v)(e.key, e.data)
+	}
 }
 
 // drain calls fn with each block the tier holds.
