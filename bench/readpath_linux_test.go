@@ -44,7 +44,7 @@ func (r *ioctlRoot) OnAdd(ctx context.Context) {
 func mountIoctlCounter(t *testing.T, sizes []int) (string, *atomic.Int64) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse on this machine: FUSE tests need it (and root)")
+		testenv.Missing(t, "no /dev/fuse on this machine: FUSE tests need it (and root)")
 	}
 	dir := t.TempDir()
 	root := &ioctlRoot{sizes: sizes, ioctls: new(atomic.Int64)}

@@ -21,6 +21,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dataccel/dataccel/internal/testenv"
 )
 
 // segFiles lists the files in the segment directory of dir with their sizes.
@@ -664,15 +666,15 @@ func TestDiskUnwritableDir(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a small tmpfs at a new directory, or skips if not root.
+// mountTmpfs mounts a small tmpfs at a new directory (as root).
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
+		testenv.Missing(t, "needs root to mount a tmpfs")
 	}
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount tmpfs: %v %s", err, out)
+		testenv.Missing(t, "cannot mount tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
@@ -683,11 +685,11 @@ func mountTmpfs(t *testing.T, size string) string {
 }
 
 // mountExt4 mounts a small ext4 image (a file system with direct I/O) at
-// a new directory, or skips if that cannot be done here.
+// a new directory (as root, with mkfs.ext4).
 func mountExt4(t *testing.T, size string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount an ext4 image")
+		testenv.Missing(t, "needs root to mount an ext4 image")
 	}
 	img := filepath.Join(t.TempDir(), "fs.img")
 	dir := t.TempDir()
@@ -697,7 +699,7 @@ func mountExt4(t *testing.T, size string) string {
 		{"mount", "-o", "loop", img, dir},
 	} {
 		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			t.Skipf("cannot mount an ext4 image (%s): %v %s", cmd[0], err, out)
+			testenv.Missing(t, "cannot mount an ext4 image (%s): %v %s", cmd[0], err, out)
 		}
 	}
 	t.Cleanup(func() {
@@ -731,7 +733,7 @@ func testDiskFullAndReadOnly(t *testing.T, mount func(t *testing.T) string, dire
 		{"ENOSPC", func(*testing.T, string) {}},
 		{"EROFS", func(t *testing.T, dir string) {
 			if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
-				t.Skipf("cannot remount read-only: %v %s", err, out)
+				testenv.Missing(t, "cannot remount read-only: %v %s", err, out)
 			}
 		}},
 	}
@@ -1621,7 +1623,7 @@ func TestDiskFlipEveryOtherRecord(t *testing.T) {
 // cache, and a cache written that way reads back in a direct run.
 func TestDiskAlignedRecords(t *testing.T) {
 	if recordAlign(t) == 0 {
-		t.Skip("no direct I/O on the file system of t.TempDir()")
+		testenv.Missing(t, "no direct I/O on the file system of t.TempDir()")
 	}
 	dir := t.TempDir()
 	opts := DiskOptions{Dir: dir, MaxBytes: 64 << 20, Compress: true, MinFreeFraction: -1, Writers: 2, QueueLen: 256}
@@ -1777,7 +1779,7 @@ func TestDiskGather(t *testing.T) {
 // of an earlier run (read after a restart).
 func TestDiskDirectReadsSkipPageCache(t *testing.T) {
 	if recordAlign(t) == 0 {
-		t.Skip("no direct I/O on the file system of t.TempDir()")
+		testenv.Missing(t, "no direct I/O on the file system of t.TempDir()")
 	}
 	dir := t.TempDir()
 	opts := DiskOptions{Dir: dir, MaxBytes: 64 << 20, MinFreeFraction: -1, Writers: 1, QueueLen: 256}
@@ -1863,7 +1865,7 @@ func residentPages(t *testing.T, p string) int {
 // before the first ones are checked.
 func TestDiskDirectHitsOwnTheirBytes(t *testing.T) {
 	if recordAlign(t) == 0 {
-		t.Skip("no direct I/O on the file system of t.TempDir()")
+		testenv.Missing(t, "no direct I/O on the file system of t.TempDir()")
 	}
 	for _, n := range []int{8 << 10, 64 << 10} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
@@ -1900,7 +1902,7 @@ func TestDiskDirectHitsOwnTheirBytes(t *testing.T) {
 // (no copy); a smaller one into pooled memory.
 func TestDiskDirectReadBuffers(t *testing.T) {
 	if recordAlign(t) == 0 {
-		t.Skip("no direct I/O on the file system of t.TempDir()")
+		testenv.Missing(t, "no direct I/O on the file system of t.TempDir()")
 	}
 	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1, QueueLen: 256})
 	for _, tc := range []struct {

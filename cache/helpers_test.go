@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+
+	"github.com/dataccel/dataccel/internal/testenv"
 )
 
 // blockFor returns the deterministic content of k with n bytes: even blocks
@@ -60,7 +62,7 @@ func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
 func layouts(t *testing.T, fn func(t *testing.T, buffered bool)) {
 	t.Run("direct", func(t *testing.T) {
 		if recordAlign(t) == 0 {
-			t.Skip("no direct I/O on the file system of t.TempDir()")
+			testenv.Missing(t, "no direct I/O on the file system of t.TempDir()")
 		}
 		fn(t, false)
 	})

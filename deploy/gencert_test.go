@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dataccel/dataccel/deploy"
+	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/webhook/jsonpatch"
 )
 
@@ -366,7 +367,7 @@ func (c *cluster) genCert(t *testing.T, env []string, args ...string) (string, [
 	t.Helper()
 	for _, tool := range []string{"sh", "openssl", "awk"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("gen-cert.sh needs %s: %v", tool, err)
+			testenv.Missing(t, "gen-cert.sh needs %s: %v", tool, err)
 		}
 	}
 	script, err := filepath.Abs(filepath.Join("webhook", "gen-cert.sh"))

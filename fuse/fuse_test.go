@@ -58,7 +58,7 @@ func mountT(t *testing.T, st store.Store, prefix string, ttl time.Duration) stri
 func mountCfg(t testing.TB, cfg Config) *Mount {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse on this machine: FUSE tests need it (and root)")
+		testenv.Missing(t, "no /dev/fuse on this machine: FUSE tests need it (and root)")
 	}
 	dir := t.TempDir()
 	if cfg.Opener == nil {
@@ -283,7 +283,7 @@ func TestSequentialReadsAreLarge(t *testing.T) {
 	rec := &sizeRecorder{DirectOpener: DirectOpener{Store: st}}
 	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: rec})
 	if _, err := os.Stat("/sys/class/bdi"); err != nil {
-		t.Skipf("no sysfs here: %v", err) // a container without /sys; CI has it
+		testenv.Missing(t, "no sysfs here: %v", err)
 	}
 	raFile, err := readAheadFile(m.Dir)
 	if err != nil {

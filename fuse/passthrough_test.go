@@ -149,14 +149,14 @@ func TestPassthrough(t *testing.T) {
 	}
 }
 
-// needPassthrough skips a test on a kernel without FUSE passthrough (6.9).
+// needPassthrough ends a test on a kernel without FUSE passthrough (6.9).
 func needPassthrough(t *testing.T) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		t.Fatal(err)
 	}
 	if release := unix.ByteSliceToString(u.Release[:]); !kernelAtLeast(release, 6, 9) {
-		t.Skipf("FUSE passthrough needs Linux 6.9 or later; this is %s", release)
+		testenv.Missing(t, "FUSE passthrough needs Linux 6.9 or later; this is %s", release)
 	}
 }
 
