@@ -447,3 +447,47 @@ func TestBenchRunUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerAndOtherUsers: --uid and --gid set the owner shown for files and
+// directories; another user reads the mount only with --allow-other (the
+// kernel refuses everyone but the mounting user otherwise).
+func TestOwnerAndOtherUsers(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "o/train/a.bin", []byte("alpha"))
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		uid, gid  uint32
+		otherRead bool
+	}{
+		{"default", nil, uint32(os.Getuid()), uint32(os.Getgid()), false},
+		{"owner given", []string{"--uid", "1234", "--gid", "5678"}, 1234, 5678, false},
+		{"allow other", []string{"--allow-other"}, uint32(os.Getuid()), uint32(os.Getgid()), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A mount point another user can reach: t.TempDir's are 0700.
+			mnt, err := os.MkdirTemp("/tmp", "dataccel-owner-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Remove(mnt) })
+			os.Chmod(mnt, 0o755)
+			m := startMount(t, mnt, append([]string{"--endpoint", srv.Endpoint, "s3://" + st.Bucket() + "/o"}, tc.args...)...)
+			for _, p := range []string{filepath.Join(m.dir, "train"), filepath.Join(m.dir, "train", "a.bin")} {
+				var s syscall.Stat_t
+				if err := syscall.Stat(p, &s); err != nil || s.Uid != tc.uid || s.Gid != tc.gid {
+					t.Fatalf("%s: owner %d:%d, %v; want %d:%d", p, s.Uid, s.Gid, err, tc.uid, tc.gid)
+				}
+			}
+			if os.Getuid() != 0 {
+				testenv.Missing(t, "reading as another user needs root")
+			}
+			cat := exec.Command("cat", filepath.Join(m.dir, "train", "a.bin"))
+			cat.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			out, err := cat.CombinedOutput()
+			if read := err == nil && string(out) == "alpha"; read != tc.otherRead {
+				t.Fatalf("another user read %q, %v; want a read: %v", out, err, tc.otherRead)
+			}
+		})
+	}
+}
