@@ -233,9 +233,9 @@ func TestStaleManifest(t *testing.T) {
 	args := func(ttl string) []string {
 		return []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl, "s3://" + st.Bucket() + "/ds"}
 	}
-	listed := time.Now()
 	m := startMount(t, t.TempDir(), args("1h")...)
 	readAllFiles(t, m.dir, files)
+	listed := time.Now() // no earlier than the LISTs the reads made
 	waitManifest(t, cacheDir)
 	m.unmount(t)
 
