@@ -27,9 +27,18 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/dataccel/dataccel/store"
 	"github.com/dataccel/dataccel/store/s3"
 )
+
+// leakOptions are the goroutines that may outlive the tests: the idle
+// keep-alive connections of net/http's transports.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+}
 
 // Server is a running versitygw process.
 type Server struct {
@@ -140,16 +149,25 @@ func (s *Server) Stop() {
 }
 
 // Run is the body of a TestMain that needs the server: it starts one, runs
-// the tests, stops it and returns the exit code.
+// the tests, stops it and returns the exit code. Tests that pass fail the
+// run if they leave goroutines behind (a loader, a walker, a watch that
+// outlives its owner).
 func Run(m *testing.M, srv **Server) int {
 	s, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1
 	}
-	defer s.Stop()
 	*srv = s
-	return m.Run()
+	code := m.Run()
+	s.Stop()
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: goroutines left after the tests:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // Config returns the s3.Config to reach bucket on this server.
