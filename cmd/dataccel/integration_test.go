@@ -130,6 +130,7 @@ func (r *running) unmount(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Error("mount did not exit")
+		syscall.Unmount(r.dir, syscall.MNT_DETACH) // leave no mount behind for the next tests
 	}
 }
 
