@@ -33,6 +33,7 @@ import (
 type getter struct {
 	presigner *minio.Client
 	creds     *credentials.Credentials // nil: anonymous
+	renews    bool                     // creds come from a provider that can hand out new keys
 	bucket    string
 	http      *http.Client // credentials, and GETs through a proxy
 	wire      *wire        // GETs
@@ -57,7 +58,7 @@ func (g *getter) target(ctx context.Context) (base, prefix, region string, err e
 	const probe = "k"
 	u, err := g.presigner.Presign(ctx, http.MethodGet, g.bucket, probe, time.Minute, nil)
 	if err != nil {
-		return "", "", "", mapErr(err)
+		return "", "", "", g.mapErr(err)
 	}
 	// X-Amz-Credential is key-id/date/region/s3/aws4_request.
 	scope := strings.Split(u.Query().Get("X-Amz-Credential"), "/")
@@ -66,6 +67,18 @@ func (g *getter) target(ctx context.Context) (base, prefix, region string, err e
 	}
 	g.base, g.prefix, g.region = u.Scheme+"://"+u.Host, strings.TrimSuffix(u.Path, probe), scope[2]
 	return g.base, g.prefix, g.region, nil
+}
+
+// mapErr is mapErr, but for an answer that says the keys expired before
+// their provider said they would (clock skew, a session ended early): it
+// drops them, so the next request fetches new ones, and the error stays
+// retryable. Keys that cannot be renewed stay ErrAccess.
+func (g *getter) mapErr(err error) error {
+	if code := minio.ToErrorResponse(err).Code; g.renews && (code == "ExpiredToken" || code == "TokenRefreshRequired") {
+		g.creds.Expire()
+		return fmt.Errorf("the keys expired early; new ones are fetched: %w", err)
+	}
+	return mapErr(err)
 }
 
 // signingKey returns the SigV4 key for secret on day, derived once a day.
@@ -166,7 +179,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	default:
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return nil, mapErr(errorResponse(resp, body, g.bucket, obj.Key))
+		return nil, g.mapErr(errorResponse(resp, body, g.bucket, obj.Key))
 	}
 	size := resp.ContentLength // of a 200: the whole object
 	if resp.StatusCode == http.StatusPartialContent {

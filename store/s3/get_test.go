@@ -317,3 +317,56 @@ func TestGetCancelledMidBody(t *testing.T) {
 		}
 	}
 }
+
+// lastingKeys hands out keys that say they last an hour, counting fetches.
+type lastingKeys struct{ fetches atomic.Int64 }
+
+func (k *lastingKeys) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	k.fetches.Add(1)
+	return credentials.Value{AccessKeyID: "id", SecretAccessKey: "secret", SessionToken: "t", Expiration: time.Now().Add(time.Hour)}, nil
+}
+func (k *lastingKeys) Retrieve() (credentials.Value, error) { return k.RetrieveWithCredContext(nil) }
+func (k *lastingKeys) IsExpired() bool                      { return false }
+
+// TestExpiredTokenRenews: a store answered "ExpiredToken" while its keys'
+// provider says they last (clock skew, a session ended early) drops them:
+// the retry fetches new keys and the read succeeds. Keys that cannot be
+// renewed (static) fail at once with ErrAccess.
+func TestExpiredTokenRenews(t *testing.T) {
+	var gets atomic.Int64
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if gets.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+			return
+		}
+		w.Header().Set("ETag", `"e"`)
+		io.WriteString(w, "0123456789")
+	}
+	obj := store.Object{Key: "k", Size: 10, ETag: "e"}
+
+	srv := httptest.NewServer(http.HandlerFunc(h))
+	t.Cleanup(srv.Close)
+	keys := &lastingKeys{}
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true, Provider: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.NewRetrying(st, store.RetryOptions{IOTimeout: 30 * time.Second, BaseDelay: time.Millisecond})
+	rc, err := r.ReadRange(t.Context(), obj, 0, -1)
+	if err != nil {
+		t.Fatalf("read after an ExpiredToken answer: %v", err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "0123456789" || keys.fetches.Load() != 2 {
+		t.Fatalf("read %q with %d fetches of keys; want the object and 2", b, keys.fetches.Load())
+	}
+
+	gets.Store(0)
+	static := storeAt(t, h)
+	if _, err := store.NewRetrying(static, store.RetryOptions{IOTimeout: 30 * time.Second}).ReadRange(t.Context(), obj, 0, -1); !errors.Is(err, store.ErrAccess) || gets.Load() != 1 {
+		t.Fatalf("static keys: %v after %d GETs, want ErrAccess after 1", err, gets.Load())
+	}
+}

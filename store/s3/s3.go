@@ -167,7 +167,7 @@ func New(cfg Config) (*Store, error) {
 	hc := &http.Client{Transport: transport}
 	get := &getter{presigner: presigner, bucket: cfg.Bucket, http: hc, wire: newWire(cfg.MaxConns, hc, cfg.Dial)}
 	if !anonymous {
-		get.creds = creds
+		get.creds, get.renews = creds, cfg.Provider != nil
 	}
 	return &Store{client: client, oneShot: oneShot, bucket: cfg.Bucket,
 		http: hc, get: get, presigner: presigner, anonymous: anonymous, listParallel: cfg.ListParallel, listPageKeys: max(cfg.ListPage, 0)}, nil
@@ -203,7 +203,7 @@ func (s *Store) Check(ctx context.Context) error {
 	defer cancel()
 	first, ok := <-s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
 	if ok && first.Err != nil {
-		return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(first.Err))
+		return fmt.Errorf("check bucket %q: %w", s.bucket, s.get.mapErr(first.Err))
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("check bucket %q: %w", s.bucket, err)
@@ -215,7 +215,7 @@ func (s *Store) Check(ctx context.Context) error {
 func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("stat %q: %w", key, mapErr(err))
+		return store.Object{}, fmt.Errorf("stat %q: %w", key, s.get.mapErr(err))
 	}
 	return toObject(info), nil
 }
@@ -239,7 +239,7 @@ func (s *Store) MakeBucket(ctx context.Context) error {
 		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
 			return nil
 		}
-		return fmt.Errorf("make bucket %q: %w", s.bucket, mapErr(err))
+		return fmt.Errorf("make bucket %q: %w", s.bucket, s.get.mapErr(err))
 	}
 	return nil
 }
@@ -259,7 +259,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (s
 		DisableMultipart: size >= 0 && size < 64<<20,
 	})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, mapErr(err))
+		return store.Object{}, fmt.Errorf("put %q: %w", key, s.get.mapErr(err))
 	}
 	return object(key, info.Size, info.ETag, info.LastModified), nil
 }
@@ -267,7 +267,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (s
 // Remove deletes one object; a missing object is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {
 	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
-		return fmt.Errorf("remove %q: %w", key, mapErr(err))
+		return fmt.Errorf("remove %q: %w", key, s.get.mapErr(err))
 	}
 	return nil
 }
