@@ -116,6 +116,10 @@ type FS struct {
 	// still showing it is the store's last word, not a reason to list
 	// again. Guarded by healMu; cleared when it passes staleVersions.
 	staleSince map[uint64]time.Time
+	// disagreed: the versions a listing made after their failure still
+	// showed (the store's GETs and LISTs disagree), warned about once.
+	// Guarded by healMu; cleared with staleSince.
+	disagreed map[uint64]bool
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -179,7 +183,7 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[uint64]time.Time{}}
+		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}}
 	if !cfg.passthrough() {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -527,6 +531,7 @@ func (f *FS) healStale(n *fileNode) {
 	if _, seen := f.staleSince[fileIno(n.obj)]; !seen {
 		if len(f.staleSince) >= staleVersions {
 			clear(f.staleSince) // a store that disagrees gets one LIST more per version
+			clear(f.disagreed)
 		}
 		f.staleSince[fileIno(n.obj)] = f.ns.now()
 	}
@@ -557,9 +562,16 @@ func (f *FS) heal(dir string) {
 		}
 		f.healing[dir] = map[*fileNode]bool{}
 		f.healMu.Unlock()
-		f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
-			"dir", dir, "files", len(nodes))
-		if f.listingShows(dir, nodes) {
+		due, disagree, warn := f.listingShows(dir, nodes)
+		for _, n := range warn {
+			f.log.Warn("the store's GET of an object disagrees with its LIST (another size or ETag) after a listing made since: "+
+				"its reads fail ESTALE until the store agrees", "key", n.obj.Key, "listed_size", n.obj.Size, "listed_etag", n.obj.ETag)
+		}
+		if disagree < len(nodes) {
+			f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
+				"dir", dir, "files", len(nodes)-disagree)
+		}
+		if due {
 			if err := (<-f.ns.fetchShared(dir)).Err; err != nil {
 				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
 					"dir", dir, "err", err)
@@ -583,22 +595,33 @@ func (f *FS) heal(dir string) {
 // listingShows says whether dir's listing, made before one of nodes was
 // found stale, still holds its version: only then is a LIST due. (A store
 // whose GETs refuse the version its LIST shows would otherwise have every
-// failing read list the directory again.)
-func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) bool {
+// failing read list the directory again.) disagree counts the nodes whose
+// version a listing made after their failure still shows: the store's last
+// word, which its GETs refuse; warn holds those not reported before.
+func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (due bool, disagree int, warn []*fileNode) {
 	l := f.ns.held(dir)
 	if l == nil {
-		return false
+		return false, 0, nil
 	}
 	f.healMu.Lock()
 	defer f.healMu.Unlock()
 	for n := range nodes {
 		_, name := splitKey(n.obj.Key)
-		since, seen := f.staleSince[fileIno(n.obj)]
-		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag && (!seen || l.at.Before(since)) {
-			return true
+		ino := fileIno(n.obj)
+		since, seen := f.staleSince[ino]
+		if e, ok := lookUp(l, name); ok && !e.dir && e.obj.ETag == n.obj.ETag {
+			if !seen || l.at.Before(since) {
+				due = true
+				continue
+			}
+			disagree++
+			if !f.disagreed[ino] {
+				f.disagreed[ino] = true
+				warn = append(warn, n)
+			}
 		}
 	}
-	return false
+	return due, disagree, warn
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.

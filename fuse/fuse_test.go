@@ -65,7 +65,9 @@ func mountCfg(t testing.TB, cfg Config) *Mount {
 		cfg.Opener = DirectOpener{Store: cfg.Store}
 	}
 	cfg.FsName = "test"
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	m, err := New(dir, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -576,7 +578,8 @@ func (disagreeingStore) ReadRange(ctx context.Context, obj store.Object, off, n 
 // each of them (a million-file directory would be listed back to back).
 func TestHealBounded(t *testing.T) {
 	st := store.NewCounting(disagreeingStore{memStore{objs: map[string][]byte{"d/a": []byte("x")}}})
-	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour})
+	var logs testenv.SyncBuffer
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	p := filepath.Join(m.Dir, "d", "a")
 	for range 50 {
 		if _, err := os.ReadFile(p); !errors.Is(err, syscall.ESTALE) {
@@ -587,6 +590,17 @@ func TestHealBounded(t *testing.T) {
 	// The root and d/ to look it up, d/ once more to heal; no more.
 	if n := st.C.Lists.Load(); n != 3 {
 		t.Fatalf("%d LISTs for 50 failing reads, want 3", n)
+	}
+	// Once the LIST after the failure shows the version again, the user
+	// is told that the store disagrees with itself, once, and no longer
+	// that new opens get the object as it is now.
+	time.Sleep(100 * time.Millisecond) // the last heal's log lines
+	out := logs.String()
+	if n := strings.Count(out, "disagrees with its LIST"); n != 1 {
+		t.Errorf("%d warnings that the store disagrees, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "new opens get them as they are now"); n != 1 {
+		t.Errorf("%d lines saying new opens get the new version, want 1 (the first failure):\n%s", n, out)
 	}
 }
 
