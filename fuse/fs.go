@@ -226,7 +226,23 @@ func (f *FS) Empty(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	f.warnShadowed(l)
 	return len(l.entries) == 0, nil
+}
+
+// warnShadowed warns, once, when the root's listing l holds an entry the
+// control directory hides: those objects cannot be read through the mount.
+func (f *FS) warnShadowed(l *listing) {
+	if f.cfg.Control == nil {
+		return
+	}
+	if e, ok := lookUp(l, ControlDir); ok {
+		key := f.cfg.Prefix + ControlDir
+		if e.dir {
+			key += "/"
+		}
+		f.ns.warn(key, "the mount's control directory "+ControlDir+" takes that name at the root: the objects under it are hidden")
+	}
 }
 
 // Generation is the number Snapshot would return, without the copy.
@@ -288,7 +304,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Err
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if d.IsRoot() && name == ControlDir {
+	if d.IsRoot() && name == ControlDir && d.fsys.cfg.Control != nil {
 		return d.controlDir(ctx, out)
 	}
 	listed := d.fsys.ns.serving(d.key) != nil
@@ -327,9 +343,6 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 }
 
 func (d *dirNode) controlDir(ctx context.Context, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if d.fsys.cfg.Control == nil {
-		return nil, syscall.ENOENT
-	}
 	d.fsys.dirAttr(&out.Attr)
 	out.Ino = inoOf("\x00ctl")
 	if ch := d.GetChild(ControlDir); ch != nil {
@@ -348,8 +361,9 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	}
 	out := make([]gofuse.DirEntry, 0, len(l.entries))
 	for _, e := range l.entries {
-		if d.IsRoot() && e.name == ControlDir {
-			continue // shadowed by the control directory
+		if d.IsRoot() && e.name == ControlDir && d.fsys.cfg.Control != nil {
+			d.fsys.warnShadowed(l)
+			continue
 		}
 		if e.dir {
 			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFDIR, Ino: inoOf(d.key + e.name + "/")})

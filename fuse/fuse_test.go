@@ -695,8 +695,11 @@ func TestUnsafeKeys(t *testing.T) {
 		"ok/" + strings.Repeat("m", 255): []byte("long but valid"),
 		"both":                           []byte("file shadowed by the dir"),
 		"both/inner":                     []byte("inner"),
+		"marker/":                        []byte("a marker's own bytes"),
+		"marker/in.jpg":                  []byte("in"),
 	}}
-	mnt := mountT(t, st, "", time.Hour)
+	var logs testenv.SyncBuffer
+	mnt := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))}).Dir
 	var got []string
 	err := filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -711,12 +714,48 @@ func TestUnsafeKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"both/inner", "ok/a.jpg", "ok/" + strings.Repeat("m", 255)}
+	want := []string{"both/inner", "marker/in.jpg", "ok/a.jpg", "ok/" + strings.Repeat("m", 255)}
 	sort.Strings(got)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("files %q, want %q", got, want)
 	}
+	// One warning for each key skipped: the six that cannot be paths, the
+	// file a directory shadows, the marker's bytes.
+	if n := strings.Count(logs.String(), "level=WARN"); n != 8 {
+		t.Errorf("%d warnings, want 8:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "a directory marker object with content") {
+		t.Errorf("no warning for the marker's bytes:\n%s", logs.String())
+	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(mnt), "outside.jpg")); err == nil {
 		t.Fatal("a key escaped the mount")
+	}
+}
+
+// TestControlDirShadows: objects under a root ".dataccel" are hidden by
+// the control directory, and the mount says so, once, naming them; with no
+// control directory they are served.
+func TestControlDirShadows(t *testing.T) {
+	objs := map[string][]byte{"p/.dataccel/mine.txt": []byte("mine"), "p/a": []byte("a")}
+	for _, control := range []bool{true, false} {
+		var logs testenv.SyncBuffer
+		cfg := Config{Store: memStore{objs: objs}, Prefix: "p/", MetadataTTL: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		if control {
+			cfg.Control = nopControl{}
+		}
+		m := mountCfg(t, cfg)
+		for range 3 {
+			if _, err := os.ReadDir(m.Dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(m.Dir, ".dataccel", "mine.txt"))
+		warned := strings.Count(logs.String(), "the objects under it are hidden")
+		if control && (err == nil || warned != 1) || !control && (string(b) != "mine" || warned != 0) {
+			t.Errorf("control dir %v: read %q, %v; %d warnings\n%s", control, b, err, warned, logs.String())
+		}
+		if control && !strings.Contains(logs.String(), `p/.dataccel/`) {
+			t.Errorf("the warning does not name the hidden prefix:\n%s", logs.String())
+		}
 	}
 }

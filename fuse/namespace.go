@@ -278,6 +278,9 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 			return nil
 		}
 		if name == "" || strings.HasSuffix(name, "/") {
+			if o.Size > 0 { // a marker is the directory; its bytes have no path
+				ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")
+			}
 			return nil // the directory's own marker object
 		}
 		if ns.validName(o.Key, name) {
