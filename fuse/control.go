@@ -361,15 +361,28 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	example := ""
+	off = 0
+	for _, p := range parts {
+		for i, it := range p.items {
+			if example == "" && order[off+i].Key == "" { // a file's key is never empty
+				example = p.dirs[it.dir] + string(it.name)
+			}
+		}
+		if example == "" {
+			example = p.firstBad
+		}
+		off += len(p.items)
+	}
 	kept := order[:0]
 	for _, o := range order {
-		if o.Key != "" { // a file's key is never empty
+		if o.Key != "" {
 			kept = append(kept, o)
 		}
 	}
 	bad += len(order) - len(kept)
 	if bad > 0 {
-		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(kept))
+		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(kept), "first", example)
 	}
 	f.log.Info("announced order", "files", len(kept))
 	return kept, nil
@@ -387,6 +400,14 @@ type linePart struct {
 	dirs       []string   // the directories of items (without the prefix), first seen first
 	listings   []*listing // listings[i] lists dirs[i]
 	bad        int        // lines that cannot name a file of the mount
+	firstBad   string     // the first of them (for the warning)
+}
+
+// skip counts line as one that cannot name a file of the mount.
+func (p *linePart) skip(line []byte) {
+	if p.bad++; p.bad == 1 {
+		p.firstBad = string(line)
+	}
 }
 
 // lineItem is one line: its directory (an index in linePart.dirs) and file name.
@@ -439,7 +460,7 @@ func (p *linePart) parse(ctx context.Context) error {
 		// A job's own paths (ImageFolder's samples) name the mountpoint.
 		line = bytes.TrimPrefix(line, p.mountpoint)
 		if len(line) > maxPathLen {
-			p.bad++ // longer than any key of the store
+			p.skip(line[:64]) // longer than any key of the store
 			continue
 		}
 		rel := line
@@ -449,7 +470,7 @@ func (p *linePart) parse(ctx context.Context) error {
 			rel = cleaned[start:len(cleaned):len(cleaned)]
 		}
 		if len(rel) == 0 || bytes.HasPrefix(rel, controlDir) {
-			p.bad++
+			p.skip(line)
 			continue
 		}
 		slash := bytes.LastIndexByte(rel, '/') + 1

@@ -470,10 +470,15 @@ func TestResolveLongList(t *testing.T) {
 			want = append(want, fmt.Sprintf("p/d%d/f%05d", d, i))
 		}
 	}
-	fsys := newFS(Config{Store: memStore{objs: objs}, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.DiscardHandler)})
+	var logs testenv.SyncBuffer
+	fsys := newFS(Config{Store: memStore{objs: objs}, Prefix: "p/", Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	t.Cleanup(fsys.stop)
 	for _, parts := range []int{1, 2, 3, 7, 64} {
+		warned := strings.Count(logs.String(), "kept=19952 first=d0/missing0")
 		order, err := fsys.resolveIn(context.Background(), []byte(list.String()), parts)
+		if n := strings.Count(logs.String(), "kept=19952 first=d0/missing0"); n != warned+1 {
+			t.Errorf("%d parts: the warning does not name the first skipped path:\n%s", parts, logs.String())
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
