@@ -16,7 +16,6 @@ import (
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
-	"github.com/dataccel/dataccel/store/s3"
 )
 
 // srv is the real S3 server (versitygw) shared by the package's tests.
@@ -159,17 +158,7 @@ func TestHedgedS3(t *testing.T) {
 		data[k] = b
 		objs = append(objs, testenv.Put(t, direct, k, b))
 	}
-	fp, err := testenv.StartFaultProxy(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fp.Close() })
-	cfg := srv.Config(direct.Bucket())
-	cfg.Endpoint = fp.Endpoint
-	st, err := s3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fp, st := srv.BehindFaultProxy(t, direct)
 	stats := &Stats{}
 	h := NewHedged(st, HedgeOptions{InitialDelay: 20 * time.Millisecond, Stats: stats})
 	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "h/slow", Count: 1, Stall: time.Hour})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
-	"github.com/dataccel/dataccel/store/s3"
 )
 
 var srv *testenv.Server
@@ -39,17 +38,7 @@ func faultSetup(t *testing.T, n, size int, opts store.RetryOptions) (*testenv.Fa
 		data[k] = b
 		objs = append(objs, testenv.Put(t, direct, k, b))
 	}
-	fp, err := testenv.StartFaultProxy(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fp.Close() })
-	cfg := srv.Config(direct.Bucket())
-	cfg.Endpoint = fp.Endpoint
-	st, err := s3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fp, st := srv.BehindFaultProxy(t, direct)
 	return fp, store.NewRetrying(st, opts), data, objs
 }
 

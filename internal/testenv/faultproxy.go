@@ -11,7 +11,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
+
+	"github.com/dataccel/dataccel/store/s3"
 )
 
 // Fault is one kind of failure the FaultProxy injects.
@@ -260,4 +263,23 @@ func s3Error(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/xml")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>%s</Message></Error>`, code, msg)
+}
+
+// BehindFaultProxy starts a FaultProxy in front of s and returns it with a
+// store for direct's bucket that goes through it; the proxy closes at
+// cleanup.
+func (s *Server) BehindFaultProxy(t testing.TB, direct *s3.Store) (*FaultProxy, *s3.Store) {
+	t.Helper()
+	fp, err := StartFaultProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fp.Close() })
+	cfg := s.Config(direct.Bucket())
+	cfg.Endpoint = fp.Endpoint
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp, st
 }
