@@ -38,13 +38,17 @@ type getter struct {
 	http      *http.Client // credentials, and GETs through a proxy
 	wire      *wire        // GETs
 
-	mu     sync.Mutex
-	base   string // guarded by mu; scheme://host, "" until learned
-	prefix string // guarded by mu; the path before a key ("/bucket/" or "/")
-	region string // guarded by mu
-	day    string // guarded by mu; the date (yyyymmdd) of key
-	secret string // guarded by mu; the secret key was derived from
-	key    []byte // guarded by mu; signing key for day, region, s3
+	mu sync.Mutex
+	// expired: the keys (access key and token) last dropped for an
+	// ExpiredToken answer, and when. Guarded by mu.
+	expired   string
+	expiredAt time.Time
+	base      string // guarded by mu; scheme://host, "" until learned
+	prefix    string // guarded by mu; the path before a key ("/bucket/" or "/")
+	region    string // guarded by mu
+	day       string // guarded by mu; the date (yyyymmdd) of key
+	secret    string // guarded by mu; the secret key was derived from
+	key       []byte // guarded by mu; signing key for day, region, s3
 }
 
 // target returns the base URL, the path prefix and the region, learning
@@ -71,14 +75,33 @@ func (g *getter) target(ctx context.Context) (base, prefix, region string, err e
 
 // mapErr is mapErr, but for an answer that says the keys expired before
 // their provider said they would (clock skew, a session ended early): it
-// drops them, so the next request fetches new ones, and the error stays
-// retryable. Keys that cannot be renewed stay ErrAccess.
+// drops them once, so the next request fetches new ones, and the error
+// stays retryable. When the provider hands out the keys it dropped again,
+// they cannot be renewed: ErrAccess, as for keys that never renew. The
+// failures of requests in flight when the keys were dropped (signed with
+// them too) drop nothing more for a second: one fetch, not one each.
 func (g *getter) mapErr(err error) error {
-	if code := minio.ToErrorResponse(err).Code; g.renews && (code == "ExpiredToken" || code == "TokenRefreshRequired") {
-		g.creds.Expire()
-		return fmt.Errorf("the keys expired early; new ones are fetched: %w", err)
+	code := minio.ToErrorResponse(err).Code
+	if !g.renews || code != "ExpiredToken" && code != "TokenRefreshRequired" {
+		return mapErr(err)
 	}
-	return mapErr(err)
+	v, verr := g.creds.GetWithContext(&credentials.CredContext{Client: g.http})
+	if verr != nil {
+		return fmt.Errorf("the keys expired early, and new ones could not be fetched (%v): %w", verr, mapErr(err))
+	}
+	keys := v.AccessKeyID + "\x00" + v.SessionToken
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case keys == g.expired:
+		return mapErr(err) // the provider has no others
+	case time.Since(g.expiredAt) < time.Second:
+		// Signed before the keys dropped a moment ago; these are new.
+	default:
+		g.expired, g.expiredAt = keys, time.Now()
+		g.creds.Expire()
+	}
+	return fmt.Errorf("the keys expired early; new ones are fetched: %w", err)
 }
 
 // signingKey returns the SigV4 key for secret on day, derived once a day.

@@ -331,11 +331,13 @@ func (k *lastingKeys) IsExpired() bool                      { return false }
 // TestExpiredTokenRenews: a store answered "ExpiredToken" while its keys'
 // provider says they last (clock skew, a session ended early) drops them:
 // the retry fetches new keys and the read succeeds. Keys that cannot be
-// renewed (static) fail at once with ErrAccess.
+// renewed (static keys, or a provider that hands out the dropped keys
+// again) fail with ErrAccess at once, or after one renewal.
 func TestExpiredTokenRenews(t *testing.T) {
-	var gets atomic.Int64
+	var gets, expiring atomic.Int64
+	expiring.Store(1)
 	h := func(w http.ResponseWriter, r *http.Request) {
-		if gets.Add(1) == 1 {
+		if gets.Add(1) <= expiring.Load() {
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusBadRequest)
 			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
@@ -348,13 +350,15 @@ func TestExpiredTokenRenews(t *testing.T) {
 
 	srv := httptest.NewServer(http.HandlerFunc(h))
 	t.Cleanup(srv.Close)
-	keys := &lastingKeys{}
-	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true, Provider: keys})
-	if err != nil {
-		t.Fatal(err)
+	renewing := func(keys *lastingKeys) store.Store {
+		st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true, Provider: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.NewRetrying(st, store.RetryOptions{IOTimeout: 30 * time.Second, BaseDelay: time.Millisecond})
 	}
-	r := store.NewRetrying(st, store.RetryOptions{IOTimeout: 30 * time.Second, BaseDelay: time.Millisecond})
-	rc, err := r.ReadRange(t.Context(), obj, 0, -1)
+	keys := &lastingKeys{}
+	rc, err := renewing(keys).ReadRange(t.Context(), obj, 0, -1)
 	if err != nil {
 		t.Fatalf("read after an ExpiredToken answer: %v", err)
 	}
@@ -362,6 +366,12 @@ func TestExpiredTokenRenews(t *testing.T) {
 	rc.Close()
 	if string(b) != "0123456789" || keys.fetches.Load() != 2 {
 		t.Fatalf("read %q with %d fetches of keys; want the object and 2", b, keys.fetches.Load())
+	}
+
+	gets.Store(0)
+	expiring.Store(1 << 30) // the same keys stay expired
+	if _, err := renewing(&lastingKeys{}).ReadRange(t.Context(), obj, 0, -1); !errors.Is(err, store.ErrAccess) || gets.Load() != 2 {
+		t.Fatalf("keys the provider cannot renew: %v after %d GETs, want ErrAccess after 2", err, gets.Load())
 	}
 
 	gets.Store(0)

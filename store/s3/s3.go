@@ -203,7 +203,8 @@ func (s *Store) Check(ctx context.Context) error {
 	defer cancel()
 	first, ok := <-s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
 	if ok && first.Err != nil {
-		return fmt.Errorf("check bucket %q: %w", s.bucket, s.get.mapErr(first.Err))
+		// Keys just fetched: an ExpiredToken here is not worth renewing.
+		return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(first.Err))
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("check bucket %q: %w", s.bucket, err)
