@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -361,16 +362,18 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	example := ""
+	example := "" // the first line skipped, unparsable or not found
 	off = 0
 	for _, p := range parts {
-		for i, it := range p.items {
-			if example == "" && order[off+i].Key == "" { // a file's key is never empty
-				example = p.dirs[it.dir] + string(it.name)
-			}
-		}
-		if example == "" {
+		miss := slices.IndexFunc(order[off:off+len(p.items)], func(o store.Object) bool { return o.Key == "" }) // a file's key is never empty
+		switch {
+		case p.bad > 0 && (miss < 0 || p.badBefore <= miss):
 			example = p.firstBad
+		case miss >= 0:
+			example = p.dirs[p.items[miss].dir] + string(p.items[miss].name)
+		}
+		if example != "" {
+			break
 		}
 		off += len(p.items)
 	}
@@ -401,12 +404,13 @@ type linePart struct {
 	listings   []*listing // listings[i] lists dirs[i]
 	bad        int        // lines that cannot name a file of the mount
 	firstBad   string     // the first of them (for the warning)
+	badBefore  int        // how many items came before it
 }
 
 // skip counts line as one that cannot name a file of the mount.
 func (p *linePart) skip(line []byte) {
 	if p.bad++; p.bad == 1 {
-		p.firstBad = string(line)
+		p.firstBad, p.badBefore = string(line), len(p.items)
 	}
 }
 

@@ -490,6 +490,14 @@ func TestResolveLongList(t *testing.T) {
 			t.Fatalf("%d parts: resolved %d files, want %d; first difference at %d", parts, len(got), len(want), firstDiff(got, want))
 		}
 	}
+	// A line that cannot name a file, before one that names no file: the
+	// warning names the first line skipped.
+	if _, err := fsys.resolveIn(context.Background(), []byte("d0/f00001\n.dataccel/x\nd0/missing.jpg\n"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "first=.dataccel/x") {
+		t.Errorf("the warning does not name the first skipped line:\n%s", logs.String())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if order, err := fsys.resolveIn(ctx, []byte(list.String()), 2); !errors.Is(err, context.Canceled) {
