@@ -123,9 +123,12 @@ const (
 // I/O. Segment fds are reference counted (segment.refs), so a segment
 // deleted by the compactor stays readable by a Get already reading it.
 type Disk struct {
-	dir       string
-	max       int64
-	minFree   float64
+	dir     string
+	max     int64
+	minFree float64
+	// freeSpace is FreeSpace (a test's stand-in can say the file system
+	// has room it lacks).
+	freeSpace func(dir string, minFree float64) (free, floor int64, err error)
 	segTarget int64
 	opts      DiskOptions
 	log       *slog.Logger
@@ -171,7 +174,8 @@ type Disk struct {
 	dio    dioBufs   // memory for direct reads
 	heads  headCache // headers of records read in part (ReadPart)
 
-	lastFull atomic.Int64 // unix nanoseconds of the latest write the policy refused or evicted for; 0: none
+	lastFull   atomic.Int64 // unix nanoseconds of the latest write the policy refused or evicted for; 0: none
+	fullWarned atomic.Bool  // the file system's ENOSPC was logged
 }
 
 // recLoc is where a live record sits.
@@ -226,6 +230,7 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		dir:       opts.Dir,
 		max:       opts.MaxBytes,
 		minFree:   opts.MinFreeFraction,
+		freeSpace: FreeSpace,
 		segTarget: min(max(opts.MaxBytes/64, minSegment), maxSegment),
 		opts:      opts,
 		log:       opts.Logger,
@@ -821,7 +826,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.mu.Lock()
 		appended0 = d.appended
 		d.mu.Unlock()
-		free, floor, err := FreeSpace(d.dir, d.minFree)
+		free, floor, err := d.freeSpace(d.dir, d.minFree)
 		if err != nil {
 			d.fail("statfs", err)
 			return
@@ -911,6 +916,17 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	d.publish()
 	d.mu.Unlock()
 	d.removeSegments(drop)
+	if err != nil && d.minFree >= 0 && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+		// The file system filled past what statfs said (other writers, its
+		// own overhead): refused blocks, as from a full cache; the next
+		// batch's statfs sees what is left. Not a failing disk.
+		d.stats.DiskRejected.Add(int64(len(recs)))
+		d.lastFull.Store(time.Now().UnixNano())
+		if d.fullWarned.CompareAndSwap(false, true) {
+			d.log.Warn("disk cache: its file system is full; blocks are cached as space frees", "dir", d.dir, "err", err)
+		}
+		return
+	}
 	if err != nil {
 		d.fail("write", err)
 		return

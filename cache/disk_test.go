@@ -1990,3 +1990,37 @@ func TestDiskQueueBytes(t *testing.T) {
 		t.Fatalf("putWait: %d dropped, %d written; want none dropped, 20 written", got.DiskDropped-s.DiskDropped, got.DiskWrites-s.DiskWrites)
 	}
 }
+
+// TestDiskFullPastStatfs: with the free-space check on, an ENOSPC the
+// check did not foresee (other writers, the file system's own overhead;
+// here a statfs that says there is room) refuses blocks as a full cache
+// does, with one warning, and the tier stays on, serving what it wrote:
+// it is not a failing disk.
+func TestDiskFullPastStatfs(t *testing.T) {
+	dir := mountTmpfs(t, "1m")
+	var wc warnCounter
+	stats := new(Stats)
+	d := openDisk(t, DiskOptions{Dir: filepath.Join(dir, "c"), MaxBytes: 1 << 30, MinFreeFraction: 1e-18,
+		QueueLen: 256, Logger: slog.New(&wc), Stats: stats})
+	d.freeSpace = func(string, float64) (int64, int64, error) { return 1 << 40, 0, nil }
+	var keys []Key
+	for i := range 40 {
+		k := testKey(keyName(i), 1)
+		keys = append(keys, k)
+		d.Put(k, blockFor(k, 64<<10))
+	}
+	d.Flush()
+	served := 0
+	for _, k := range keys {
+		if b, ok := d.Get(k); ok {
+			served++
+			checkExact(t, k, b, 64<<10)
+		}
+	}
+	if d.Disabled() || stats.DiskErrors.Load() != 0 || stats.DiskRejected.Load() == 0 || wc.warns.Load() != 1 || served == 0 {
+		t.Fatalf("disabled=%v errors=%d rejected=%d warnings=%d served=%d; want false 0 >0 1 >0",
+			d.Disabled(), stats.DiskErrors.Load(), stats.DiskRejected.Load(), wc.warns.Load(), served)
+	}
+	d.quiesce()
+	checkAccounting(t, d)
+}
