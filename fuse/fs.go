@@ -578,7 +578,7 @@ func (f *FS) heal(dir string) {
 		f.healMu.Unlock()
 		due, disagree, warn := f.listingShows(dir, nodes)
 		for _, n := range warn {
-			f.log.Warn("the store's GET of an object disagrees with its LIST (another size or ETag) after a listing made since: "+
+			f.log.Warn("the store's GET of an object disagrees with its LIST (another size or ETag, or not found) after a listing made since: "+
 				"its reads fail ESTALE until the store agrees", "key", n.obj.Key, "listed_size", n.obj.Size, "listed_etag", n.obj.ETag)
 		}
 		if disagree < len(nodes) {

@@ -14,7 +14,8 @@ import (
 type RetryOptions struct {
 	// Attempts bounds tries per request (first try included); 0 means 10.
 	// A body cut mid-transfer is resumed up to Attempts times, each resume
-	// a request with Attempts tries of its own: IOTimeout bounds the whole.
+	// a request with Attempts tries of its own; IOTimeout bounds the time
+	// without progress, not the whole read.
 	Attempts int
 	// BaseDelay and MaxDelay shape the exponential backoff (full jitter).
 	BaseDelay, MaxDelay time.Duration

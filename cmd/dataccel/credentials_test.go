@@ -440,7 +440,8 @@ func TestS3Config(t *testing.T) {
 		wantRegion, wantUsage string
 	}{
 		{name: "AWS", flags: s3Flags{pathStyle: "auto"}, wantRegion: "us-east-1"},
-		{name: "AWS by its endpoint", flags: s3Flags{pathStyle: "auto", endpoint: "https://s3.eu-west-1.amazonaws.com"}, wantRegion: "us-east-1"},
+		{name: "AWS by its endpoint", flags: s3Flags{pathStyle: "auto", endpoint: "https://s3.eu-west-1.amazonaws.com"}, wantRegion: "eu-west-1"},
+		{name: "AWS by its endpoint, --region over it", flags: s3Flags{pathStyle: "auto", endpoint: "https://s3.eu-west-1.amazonaws.com", region: "eu-north-1"}, wantRegion: "eu-north-1"},
 		{name: "another server", flags: s3Flags{pathStyle: "auto", endpoint: "http://minio:9000"}, wantPath: true, wantRegion: "us-east-1"},
 		{name: "another server, virtual-hosted", flags: s3Flags{pathStyle: "off", endpoint: "http://minio:9000"}, wantRegion: "us-east-1"},
 		{name: "AWS, path-style", flags: s3Flags{pathStyle: "on"}, wantPath: true, wantRegion: "us-east-1"},

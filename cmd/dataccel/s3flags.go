@@ -30,7 +30,7 @@ type s3Flags struct {
 
 func (f *s3Flags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "S3 endpoint URL, http:// or https:// (default: AWS S3)")
-	fs.StringVar(&f.region, "region", "", "S3 region (default: $AWS_REGION, else us-east-1)")
+	fs.StringVar(&f.region, "region", "", "S3 region (default: $AWS_REGION, else the region an AWS --endpoint names, else us-east-1)")
 	fs.StringVar(&f.pathStyle, "path-style", "auto", "path-style requests: auto (on for non-AWS endpoints), on, off")
 	fs.StringVar(&f.credentialsFile, "credentials-file", "", "AWS credentials file, read again when it changes (default: $AWS_SHARED_CREDENTIALS_FILE; else web identity or container credentials from the environment, then ~/.aws/credentials); AWS_ACCESS_KEY_ID in the environment takes precedence")
 	fs.StringVar(&f.profile, "profile", "", "profile in the credentials file (default: $AWS_PROFILE, else default)")
@@ -71,6 +71,9 @@ func (f *s3Flags) config(ctx context.Context, bucket string) (s3.Config, string,
 		DualStack: strings.EqualFold(os.Getenv("AWS_USE_DUALSTACK_ENDPOINT"), "true")} // AWS's SDKs' switch
 	if cfg.Region == "" {
 		cfg.Region = os.Getenv("AWS_REGION")
+	}
+	if cfg.Region == "" { // an AWS endpoint's host names its region
+		cfg.Region = s3.EndpointRegion(f.endpoint)
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"

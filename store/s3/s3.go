@@ -23,6 +23,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -190,6 +191,16 @@ func newTransport(maxConns int, dial func(ctx context.Context, network, addr str
 		// (one copy less). 16 KiB still takes the headers in one read.
 		ReadBufferSize: 16 << 10,
 	}
+}
+
+// EndpointRegion is the region an AWS endpoint's host names
+// (s3.eu-west-1.amazonaws.com: eu-west-1), or "" for any other endpoint.
+func EndpointRegion(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return s3utils.GetRegionFromURL(*u)
 }
 
 // Bucket is the bucket this store reads.
