@@ -17,8 +17,8 @@ type Stats struct {
 	Shared    atomic.Int64 // waiters that joined a fetch already in flight (singleflight shares)
 
 	PrefetchIssued  atomic.Int64 // prefetch fetches started (read-ahead and cross-file)
-	PrefetchUsed    atomic.Int64 // prefetched blocks later read by a caller
-	PrefetchWasted  atomic.Int64 // prefetched blocks dropped before any read
+	PrefetchUsed    atomic.Int64 // prefetched blocks a read took while the loader held them (ready or in flight)
+	PrefetchWasted  atomic.Int64 // prefetched blocks dropped before any read that no cache tier kept
 	PrefetchSkipped atomic.Int64 // read-ahead skipped for lack of memory budget or slots
 
 	Pushed      atomic.Int64 // prefetched blocks put in the kernel's page cache (PageCache), whole or but for a file's last page
