@@ -285,3 +285,38 @@ func TestCacheMinFreeZero(t *testing.T) {
 		})
 	}
 }
+
+// TestCgroupMemoryLimit: the RAM cache's default is sized from the lowest
+// memory limit of the process's cgroups, cgroup v2 or v1, its own or one
+// above it; "max" and v1's huge "none" are no limit.
+func TestCgroupMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string // under the cgroup root
+		self  string            // /proc/self/cgroup
+		want  int64
+	}{
+		{"none", nil, "0::/\n", 0},
+		{"v2 at the root (a container)", map[string]string{"memory.max": "419430400\n"}, "0::/\n", 400 << 20},
+		{"v2 no limit", map[string]string{"memory.max": "max\n"}, "0::/\n", 0},
+		{"v2 a scope and its parent", map[string]string{"memory.max": "max\n", "a/memory.max": "1073741824\n", "a/b.scope/memory.max": "max\n"}, "0::/a/b.scope\n", 1 << 30},
+		{"v1", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n", "memory/bb/memory.limit_in_bytes": "419430400\n"},
+			"12:pids:/bb\n7:memory:/bb\n3:cpu,cpuacct:/bb\n", 400 << 20},
+		{"v1 joined controllers", map[string]string{"memory/k/memory.limit_in_bytes": "209715200\n"}, "4:memory,hugetlb:/k\n", 200 << 20},
+		{"v1 no limit", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, "7:memory:/\n", 9223372036854771712},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tc.files {
+				p := filepath.Join(root, name)
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := cgroupMemoryLimit(root, tc.self); got != tc.want {
+				t.Fatalf("%d, want %d", got, tc.want)
+			}
+		})
+	}
+}

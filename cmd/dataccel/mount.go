@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,13 +283,54 @@ func totalMemory() int64 {
 	if syscall.Sysinfo(&si) == nil {
 		mem = int64(si.Totalram) * int64(si.Unit)
 	}
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
-		var lim int64
-		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &lim); err == nil && lim > 0 && lim < mem {
-			mem = lim
-		}
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	if lim := cgroupMemoryLimit("/sys/fs/cgroup", string(self)); lim > 0 && lim < mem {
+		mem = lim
 	}
 	return mem
+}
+
+// cgroupMemoryLimit is the lowest memory limit of the cgroups a process
+// is in, given the cgroup file system's root and /proc/self/cgroup, or 0
+// for none: v2's memory.max and v1's memory.limit_in_bytes, of the
+// process's own cgroup and each above it (a limit set on a parent binds
+// too), and of the root (a container sees its own cgroup there).
+func cgroupMemoryLimit(root, self string) int64 {
+	var dirs []string
+	for _, line := range strings.Split(self, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var base, file string
+		switch {
+		case parts[0] == "0" && parts[1] == "": // v2
+			base, file = root, "memory.max"
+		case slices.Contains(strings.Split(parts[1], ","), "memory"): // v1
+			base, file = filepath.Join(root, "memory"), "memory.limit_in_bytes"
+		default:
+			continue
+		}
+		for p := filepath.Clean("/" + parts[2]); ; p = filepath.Dir(p) {
+			dirs = append(dirs, filepath.Join(base, p, file))
+			if p == "/" {
+				break
+			}
+		}
+	}
+	dirs = append(dirs, filepath.Join(root, "memory.max"), filepath.Join(root, "memory", "memory.limit_in_bytes"))
+	var lowest int64
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var lim int64 // "max" (v2's none) does not parse; v1's none is a huge number
+		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &lim); err == nil && lim > 0 && (lowest == 0 || lim < lowest) {
+			lowest = lim
+		}
+	}
+	return lowest
 }
 
 // memRoom is the memory a mount needs beside its RAM cache (metadata, the
