@@ -491,3 +491,26 @@ func TestOwnerAndOtherUsers(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleReadyFile: a ready file left by a mount that was killed is
+// removed at start, so a mount that then fails (here, an endpoint that
+// refuses) never looks ready.
+func TestStaleReadyFile(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := os.WriteFile(ready, []byte("left from before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port), "--connect-timeout", "1s",
+		"--ready-file", ready, "s3://bucket", t.TempDir())
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("mount against a closed port succeeded:\n%s", out)
+	}
+	if _, err := os.Stat(ready); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the old ready file is still there: %v", err)
+	}
+}

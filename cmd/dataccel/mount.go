@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -94,7 +95,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	f.wait.register(fl, "how long a read retries a failing store before it fails with EIO")
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
-	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit)")
+	fl.StringVar(&f.readyFile, "ready-file", "", "write this file once the mount serves (removed at exit, and at start if left from before)")
 	fl.StringVar(&f.pprofAddr, "pprof", "", "serve Go profiles (/debug/pprof/) on this address, for performance work")
 }
 
@@ -369,6 +370,10 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.readyFile != "" {
 		if fi, err := os.Stat(filepath.Dir(f.readyFile)); err != nil || !fi.IsDir() {
 			return usageError{fmt.Errorf("--ready-file %s: no directory to write it in", f.readyFile)}
+		}
+		// One left by a mount that was killed would say ready too early.
+		if err := os.Remove(f.readyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("--ready-file %s: remove the one left from before: %w", f.readyFile, err)
 		}
 	}
 	raw, err := f.s3.openStore(ctx, p.bucket, f.wait.connect)
