@@ -320,3 +320,16 @@ func TestCgroupMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestNofileWarning: a mount warns when the open-file limit is under
+// what its GETs in flight and caches may need, and not otherwise.
+func TestNofileWarning(t *testing.T) {
+	for _, tc := range []struct {
+		limit uint64
+		warn  bool
+	}{{32, true}, {767, true}, {768, false}, {1 << 20, false}} {
+		if w := nofileWarning(tc.limit, 128); (w != "") != tc.warn {
+			t.Errorf("limit %d: %q, want a warning: %v", tc.limit, w, tc.warn)
+		}
+	}
+}

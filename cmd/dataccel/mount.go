@@ -164,6 +164,12 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	if f.maxInflight < 1 || f.maxInflight > webhook.MaxInflightLimit {
 		return p, usageError{fmt.Errorf("--max-inflight %d: want 1..%d", f.maxInflight, webhook.MaxInflightLimit)}
 	}
+	var nofile syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile) == nil {
+		if w := nofileWarning(nofile.Cur, f.maxInflight); w != "" {
+			p.warnings = append(p.warnings, w)
+		}
+	}
 	switch f.prefetch {
 	case "on", "off":
 		p.crossFile = f.prefetch == "on"
@@ -332,6 +338,19 @@ func cgroupMemoryLimit(root, self string) int64 {
 		}
 	}
 	return lowest
+}
+
+// nofileWarning warns when the open-file limit (Go raises it to the hard
+// limit at start) leaves too few for a mount: a connection per GET in
+// flight, hedges, the disk cache's segments (two each), the FUSE device,
+// the HTTP port. Running out turns GETs and disk cache writes into errors.
+func nofileWarning(limit uint64, maxInflight int) string {
+	need := uint64(4*maxInflight + 256)
+	if limit >= need {
+		return ""
+	}
+	return fmt.Sprintf("the open-file limit is %d, under the %d a mount with --max-inflight %d may need: raise it (ulimit -n, or the container's nofile limit)",
+		limit, need, maxInflight)
 }
 
 // memRoom is the memory a mount needs beside its RAM cache (metadata, the
