@@ -754,20 +754,7 @@ func testDiskFullAndReadOnly(t *testing.T, mount func(t *testing.T) string, dire
 				t.Fatalf("direct I/O %v, want %v", d.direct.Load(), direct)
 			}
 			tc.after(t, dir)
-			var keys []Key
-			for i := 0; i < 40; i++ {
-				k := testKey(keyName(i), 1)
-				keys = append(keys, k)
-				d.Put(k, blockFor(k, 64<<10))
-			}
-			d.Flush()
-			served := 0
-			for _, k := range keys {
-				if b, ok := d.Get(k); ok {
-					served++
-					checkExact(t, k, b, 64<<10)
-				}
-			}
+			keys, served := putFortyBlocks(t, d)
 			if !d.Disabled() || stats.DiskErrors.Load() == 0 || wc.warns.Load() != 1 {
 				t.Fatalf("disabled=%v errors=%d warnings=%d, want true >0 1", d.Disabled(), stats.DiskErrors.Load(), wc.warns.Load())
 			}
@@ -2003,24 +1990,30 @@ func TestDiskFullPastStatfs(t *testing.T) {
 	d := openDisk(t, DiskOptions{Dir: filepath.Join(dir, "c"), MaxBytes: 1 << 30, MinFreeFraction: 1e-18,
 		QueueLen: 256, Logger: slog.New(&wc), Stats: stats})
 	d.freeSpace = func(string, float64) (int64, int64, error) { return 1 << 40, 0, nil }
-	var keys []Key
-	for i := range 40 {
-		k := testKey(keyName(i), 1)
-		keys = append(keys, k)
-		d.Put(k, blockFor(k, 64<<10))
-	}
-	d.Flush()
-	served := 0
-	for _, k := range keys {
-		if b, ok := d.Get(k); ok {
-			served++
-			checkExact(t, k, b, 64<<10)
-		}
-	}
+	_, served := putFortyBlocks(t, d)
 	if d.Disabled() || stats.DiskErrors.Load() != 0 || stats.DiskRejected.Load() == 0 || wc.warns.Load() != 1 || served == 0 {
 		t.Fatalf("disabled=%v errors=%d rejected=%d warnings=%d served=%d; want false 0 >0 1 >0",
 			d.Disabled(), stats.DiskErrors.Load(), stats.DiskRejected.Load(), wc.warns.Load(), served)
 	}
 	d.quiesce()
 	checkAccounting(t, d)
+}
+
+// putFortyBlocks puts 40 blocks of 64 KiB into d, waits for the writes and
+// returns their keys and how many d serves (each checked byte for byte).
+func putFortyBlocks(t *testing.T, d *Disk) (keys []Key, served int) {
+	t.Helper()
+	for i := range 40 {
+		k := testKey(keyName(i), 1)
+		keys = append(keys, k)
+		d.Put(k, blockFor(k, 64<<10))
+	}
+	d.Flush()
+	for _, k := range keys {
+		if b, ok := d.Get(k); ok {
+			served++
+			checkExact(t, k, b, 64<<10)
+		}
+	}
+	return keys, served
 }
