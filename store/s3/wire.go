@@ -88,14 +88,14 @@ func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error
 	// Cancelling the request unblocks its reads and writes (a deadline in
 	// the past); the connection is not reused after that. A read of the
 	// body that fails then says why (cancelled), not "i/o timeout".
-	cancelled := new(atomic.Pointer[error])
-	stop := context.AfterFunc(req.Context(), func() {
+	body := &wireBody{w: w, wc: wc}
+	body.stop = context.AfterFunc(req.Context(), func() {
 		err := req.Context().Err()
-		cancelled.Store(&err)
+		body.cancelled.Store(&err)
 		wc.c.SetDeadline(time.Unix(1, 0))
 	})
 	fail := func(err error) (*http.Response, error) {
-		stop()
+		body.stop()
 		wc.c.Close()
 		if ctxErr := req.Context().Err(); ctxErr != nil {
 			return nil, ctxErr
@@ -112,7 +112,8 @@ func (w *wire) roundTrip(req *http.Request, wc *wireConn) (*http.Response, error
 	if err != nil {
 		return fail(err)
 	}
-	resp.Body = &wireBody{w: w, wc: wc, body: resp.Body, reuse: !resp.Close, stop: stop, cancelled: cancelled}
+	body.body, body.reuse = resp.Body, !resp.Close
+	resp.Body = body
 	return resp, nil
 }
 
@@ -184,7 +185,7 @@ type wireBody struct {
 	reuse bool        // the response allows another request on the connection
 	stop  func() bool // stops the cancellation watch
 	// cancelled holds the request's context error once it is cancelled.
-	cancelled *atomic.Pointer[error]
+	cancelled atomic.Pointer[error]
 	done      bool
 }
 
