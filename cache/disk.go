@@ -31,7 +31,8 @@ type DiskOptions struct {
 	MaxBytes int64
 	// MinFreeFraction keeps this fraction of the file system free: writes
 	// that would go below it evict stale blocks or are rejected.
-	// 0 means the default 0.05; a negative value disables the floor.
+	// 0 means the default 0.05; a negative value keeps no floor (the
+	// file system's free space still bounds the cache).
 	MinFreeFraction float64
 	// Compress stores blocks compressed (s2) when they shrink by >= 12%,
 	// except while the write queue holds a quarter of QueueBytes or more.
@@ -817,22 +818,19 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	if d.Disabled() {
 		return
 	}
-	var avail, appended0 int64
-	if d.minFree >= 0 {
-		// Records another writer writes after this statfs are in neither
-		// avail nor d.unwritten: counted from d.appended below. One
-		// written between this read and the statfs counts twice, which
-		// errs on the safe side.
-		d.mu.Lock()
-		appended0 = d.appended
-		d.mu.Unlock()
-		free, floor, err := d.freeSpace(d.dir, d.minFree)
-		if err != nil {
-			d.fail("statfs", err)
-			return
-		}
-		avail = free - floor
+	// Records another writer writes after this statfs are in neither
+	// avail nor d.unwritten: counted from d.appended below. One written
+	// between this read and the statfs counts twice, which errs on the
+	// safe side.
+	d.mu.Lock()
+	appended0 := d.appended
+	d.mu.Unlock()
+	free, floor, err := d.freeSpace(d.dir, d.minFree)
+	if err != nil {
+		d.fail("statfs", err)
+		return
 	}
+	avail := free - floor
 	var recs []record
 	var chunks []chunk
 	var marked []uint64 // in d.inflight, for this batch
@@ -870,12 +868,9 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.mu.Lock()
 		// Segment bytes = live + dead: the policy gets what is left for
 		// live records once dead bytes (until reclaimed) are counted.
-		limit := d.max
-		if d.minFree >= 0 {
-			// avail is net of the floor (it may be negative); the records
-			// admitted by every writer and not yet written take from it.
-			limit = min(limit, d.policy.Used()+d.dead+avail-d.unwritten-(d.appended-appended0))
-		}
+		// avail is net of the floor (it may be negative); the records
+		// admitted by every writer and not yet written take from it.
+		limit := min(d.max, d.policy.Used()+d.dead+avail-d.unwritten-(d.appended-appended0))
 		limit -= d.dead
 		ok, victims := d.policy.Admit(id, span, limit)
 		if !ok || len(victims) > 0 {
@@ -916,7 +911,7 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 	d.publish()
 	d.mu.Unlock()
 	d.removeSegments(drop)
-	if err != nil && d.minFree >= 0 && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+	if err != nil && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
 		// The file system filled past what statfs said (other writers, its
 		// own overhead): refused blocks, as from a full cache; the next
 		// batch's statfs sees what is left. Not a failing disk.

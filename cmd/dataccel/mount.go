@@ -138,10 +138,6 @@ type mountPlan struct {
 	warnings          []string // flags that are valid but most likely not what was meant
 }
 
-// zeroFloor is the disk cache's free-space floor for --cache-min-free 0: a
-// fraction of the file system under one byte on any disk there is.
-const zeroFloor = 1e-18
-
 func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	var p mountPlan
 	var err error
@@ -257,10 +253,10 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		if p.localCopyBytes, err = cache.ParseSizeOrPercent(f.localCopies, disk); err != nil || p.localCopyBytes < 0 {
 			return p, bad("local-copies", fmt.Errorf("%q: want a size or share", f.localCopies))
 		}
-		// A floor of 0 still keeps the free-space check: the cache's "no
-		// floor" (a negative fraction) would turn it off, fill the file
-		// system to ENOSPC and take that for a failing disk.
-		p.minFree = max(float64(minFree)/float64(max(disk, 1)), zeroFloor)
+		p.minFree = float64(minFree) / float64(max(disk, 1))
+		if p.minFree == 0 {
+			p.minFree = -1 // the cache's "no floor" (0 is its default)
+		}
 	}
 	if f.cacheDir == "" && f.changed != nil {
 		for _, fl := range []string{"cache-size", "cache-min-free", "cache-compress", "local-copies", "manifest"} {
