@@ -177,6 +177,7 @@ type Disk struct {
 
 	lastFull   atomic.Int64 // unix nanoseconds of the latest write the policy refused or evicted for; 0: none
 	fullWarned atomic.Bool  // the file system's ENOSPC was logged
+	fdsWarned  atomic.Bool  // running out of file descriptors was logged
 }
 
 // recLoc is where a live record sits.
@@ -479,6 +480,12 @@ func (d *Disk) load(dead map[recKey]struct{}) error {
 func (d *Disk) publish() {
 	d.stats.DiskEntries.Store(int64(d.policy.Len()))
 	d.stats.DiskBytes.Store(d.policy.Used() + d.dead)
+}
+
+// outOfFiles reports whether err is the process or the system running out
+// of file descriptors: a passing state, not a failing disk.
+func outOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // fail counts a disk error and turns writes off; the first one is logged
@@ -919,6 +926,16 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		d.lastFull.Store(time.Now().UnixNano())
 		if d.fullWarned.CompareAndSwap(false, true) {
 			d.log.Warn("disk cache: its file system is full; blocks are cached as space frees", "dir", d.dir, "err", err)
+		}
+		return
+	}
+	if err != nil && outOfFiles(err) {
+		// The process is out of file descriptors (a data loader that opens
+		// many files at once): the blocks are refused; a later segment is
+		// created once descriptors free. The disk itself is fine.
+		d.stats.DiskRejected.Add(int64(len(recs)))
+		if d.fdsWarned.CompareAndSwap(false, true) {
+			d.log.Warn("disk cache: out of file descriptors; blocks are not cached until some close (raise the open-files limit)", "dir", d.dir, "err", err)
 		}
 		return
 	}

@@ -2016,3 +2016,65 @@ func putFortyBlocks(t *testing.T, d *Disk) (keys []Key, served int) {
 	}
 	return keys, served
 }
+
+// A process out of file descriptors (a loader with many files open) cannot
+// create a segment: the blocks are refused with one warning, and the tier
+// caches again once descriptors free, instead of turning itself off for
+// the mount's life.
+func TestDiskOutOfFiles(t *testing.T) {
+	var wc warnCounter
+	stats := new(Stats)
+	d, err := NewDisk(DiskOptions{Dir: t.TempDir(), MaxBytes: 1 << 30, QueueLen: 256, Logger: slog.New(&wc), Stats: stats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	var limit syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	var held []*os.File
+	restore := func() {
+		for _, f := range held {
+			f.Close()
+		}
+		held = nil
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(restore)
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := limit
+	low.Cur = uint64(len(fds) + 16)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	for range 64 { // take every descriptor left
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) {
+				t.Fatal(err)
+			}
+			break
+		}
+		held = append(held, f)
+	}
+	if len(held) == 64 {
+		t.Fatal("the lowered limit did not stop opens")
+	}
+	_, served := putFortyBlocks(t, d)
+	restore()
+	if served != 0 || d.Disabled() || stats.DiskErrors.Load() != 0 || stats.DiskRejected.Load() == 0 || wc.warns.Load() != 1 {
+		t.Fatalf("out of descriptors: served=%d disabled=%v errors=%d rejected=%d warnings=%d; want 0 false 0 >0 1",
+			served, d.Disabled(), stats.DiskErrors.Load(), stats.DiskRejected.Load(), wc.warns.Load())
+	}
+	if _, served = putFortyBlocks(t, d); served != 40 || wc.warns.Load() != 1 {
+		t.Fatalf("descriptors free again: served %d of 40, %d warnings", served, wc.warns.Load())
+	}
+	d.quiesce()
+	checkAccounting(t, d)
+}

@@ -245,7 +245,7 @@ func (d *Disk) createSegment() (*segment, error) {
 		if d.align > 0 && d.direct.Load() {
 			if df, err := os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT, 0); err == nil {
 				s.df = df
-			} else {
+			} else if !outOfFiles(err) { // out of descriptors: this segment goes through the page cache
 				d.direct.Store(false)
 				d.log.Debug("disk cache: no direct I/O; writing through the page cache", "dir", d.dir, "err", err)
 			}
@@ -472,7 +472,9 @@ func (d *Disk) compact(a *appender, s *segment, buf []byte) ([]byte, bool) {
 		}
 		seg, off, err := a.append([]chunk{{parts: [][]byte{rec}, span: r.n}})
 		if err != nil {
-			d.fail("compact: write", err)
+			if !outOfFiles(err) { // else the next compaction tries again
+				d.fail("compact: write", err)
+			}
 			return false
 		}
 		d.mu.Lock()
