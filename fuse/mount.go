@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,8 +80,32 @@ func cleanStale(dir string) error {
 			return fmt.Errorf("mountpoint %s: FUSE mount hangs (its server is gone) and aborting it failed: %w", dir, err)
 		}
 	}
-	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+	if err := detach(dir); err != nil {
 		return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
+	}
+	return nil
+}
+
+// detach unmounts dir lazily: the path is free at once, and the kernel ends
+// the connection when its last user leaves. Root does it with a syscall;
+// any other user through the setuid fusermount3 (or fusermount), which
+// lets a user unmount what that user mounted.
+func detach(dir string) error {
+	err := syscall.Unmount(dir, syscall.MNT_DETACH)
+	if !errors.Is(err, syscall.EPERM) {
+		return err
+	}
+	bin, lerr := exec.LookPath("fusermount3")
+	if lerr != nil {
+		if bin, lerr = exec.LookPath("fusermount"); lerr != nil {
+			return fmt.Errorf("%w, and no fusermount3 to ask", err)
+		}
+	}
+	if out, err := exec.Command(bin, "-u", "-z", dir).CombinedOutput(); err != nil {
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			return errors.New(msg)
+		}
+		return fmt.Errorf("%s -u -z: %w", filepath.Base(bin), err)
 	}
 	return nil
 }
@@ -266,7 +291,7 @@ func (m *Mount) Unmount() error {
 	err := m.server.Unmount()
 	wait := 10 * time.Second
 	if err != nil {
-		if derr := syscall.Unmount(m.Dir, syscall.MNT_DETACH); derr != nil {
+		if derr := detach(m.Dir); derr != nil {
 			return fmt.Errorf("unmount %s: %w (lazy unmount: %v)", m.Dir, err, derr)
 		}
 		m.FS.log.Warn("mount busy: detached it; open files fail once this process exits", "mountpoint", m.Dir)
