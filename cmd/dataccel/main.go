@@ -23,7 +23,14 @@ func main() {
 }
 
 func run(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopSignals := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	// A closed terminal ends a foreground mount as Ctrl-C does (unmounted,
+	// the RAM cache saved) rather than killing it and leaving a dead mount;
+	// under nohup it stays ignored.
+	if !signal.Ignored(syscall.SIGHUP) {
+		stopSignals = append(stopSignals, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	// The first signal starts an orderly end (a mount saves its RAM cache,
 	// up to 20 s); a second one ends the process at once, as a user who

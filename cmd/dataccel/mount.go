@@ -103,7 +103,7 @@ func newMountCmd(logger *slog.Logger) *cobra.Command {
 	var f mountFlags
 	cmd := &cobra.Command{
 		Use:   "mount s3://bucket[/prefix] MOUNTPOINT",
-		Short: "Mount a bucket prefix read-only; runs in the foreground until SIGINT/SIGTERM",
+		Short: "Mount a bucket prefix read-only; runs in the foreground until SIGINT, SIGTERM or SIGHUP",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usageError{fmt.Errorf("mount takes 2 arguments, s3://bucket[/prefix] and MOUNTPOINT; got %d", len(args))}
