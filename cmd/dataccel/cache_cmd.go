@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -62,8 +63,10 @@ func newCacheCmd() *cobra.Command {
 			if mnt, err := os.ReadFile(filepath.Join(dir, mountRecord)); err == nil {
 				mp := strings.TrimSpace(string(mnt))
 				if live, _ := fuse.IsMountpoint(mp); live {
-					if b, err := os.ReadFile(filepath.Join(mp, fuse.ControlDir, "stats")); err == nil {
+					if b, err := readFileWithin(filepath.Join(mp, fuse.ControlDir, "stats"), 5*time.Second); err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "\nrunning mount %s counters:\n%s", mp, b)
+					} else {
+						fmt.Fprintf(cmd.OutOrStdout(), "\nrunning mount %s: counters unreadable: %v\n", mp, err)
 					}
 				}
 			}
@@ -99,4 +102,26 @@ func newCacheCmd() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// readFileWithin reads the file at path, giving up after d: a file in a
+// mount whose server is stopped (SIGSTOP, a debugger) or hung blocks its
+// reader until the server answers. The read left behind ends with the
+// process.
+func readFileWithin(path string, d time.Duration) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := os.ReadFile(path)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-time.After(d):
+		return nil, fmt.Errorf("read %s: no answer within %s (the mount's process stopped or hung?)", path, d)
+	}
 }

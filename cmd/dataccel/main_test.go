@@ -514,3 +514,243 @@ func TestStaleReadyFile(t *testing.T) {
 		t.Fatalf("the old ready file is still there: %v", err)
 	}
 }
+
+// TestMountAsAnotherUser: a user other than root mounts through the setuid
+// fusermount3. A mount that user's killed process left stale is detached
+// by the next mount, and SIGTERM with the mount busy (a shell's cwd in it)
+// detaches it lazily and exits 0, as for root.
+func TestMountAsAnotherUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		testenv.Missing(t, "running as another user needs root")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		testenv.Missing(t, "no fusermount3 (Debian fuse3): %v", err)
+	}
+	const nobody = 65534
+	// fusermount3 opens /dev/fuse as the user: Debian's udev makes it
+	// 0666, a bare VM's devtmpfs may leave it 0600.
+	if fi, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "no /dev/fuse: %v", err)
+	} else if mode := fi.Mode().Perm(); mode&0o006 != 0o006 {
+		if err := os.Chmod("/dev/fuse", mode|0o666); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod("/dev/fuse", mode) })
+	}
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "u/a.bin", []byte("alpha"))
+	// The binary and the directories must be reachable by that user:
+	// t.TempDir's and TestMain's are 0700.
+	home, err := os.MkdirTemp("/tmp", "dataccel-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	userBin := filepath.Join(home, "dataccel")
+	if b, err := os.ReadFile(bin); err != nil || os.WriteFile(userBin, b, 0o755) != nil {
+		t.Fatalf("copy the binary: %v", err)
+	}
+	mnt, cacheDir := filepath.Join(home, "mnt"), filepath.Join(home, "cache")
+	for _, d := range []string{home, mnt, cacheDir} {
+		os.Mkdir(d, 0o755)
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(name string, args ...string) *exec.Cmd {
+		c := exec.Command(name, args...)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home,
+			"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
+		return c
+	}
+	start := func() (*exec.Cmd, *testenv.SyncBuffer) {
+		c := as(userBin, "mount", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket()+"/u", mnt)
+		logs := &testenv.SyncBuffer{}
+		c.Stdout, c.Stderr = logs, logs
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Process.Kill()
+			c.Wait()
+			for range 3 { // the stale mount and the live one
+				if m, _ := fuse.IsMountpoint(mnt); m {
+					syscall.Unmount(mnt, syscall.MNT_DETACH)
+				}
+			}
+		})
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(logs.String(), "msg=mounted"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not mounted within 15 s:\n%s", logs.String())
+			}
+		}
+		if out, err := as("cat", filepath.Join(mnt, "a.bin")).CombinedOutput(); err != nil || string(out) != "alpha" {
+			t.Fatalf("read as that user: %q %v\n%s", out, err, logs.String())
+		}
+		return c, logs
+	}
+	first, _ := start()
+	first.Process.Kill() // leaves the mount stale
+	first.Wait()
+	second, logs := start()
+	shell := as("sleep", "60") // its cwd keeps the mount busy
+	shell.Dir = mnt
+	if err := shell.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shell.Process.Kill(); shell.Wait() })
+	second.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- second.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+	}
+	if m, _ := fuse.IsMountpoint(mnt); m {
+		t.Fatalf("still mounted after exit\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "detached") {
+		t.Fatalf("no word of the lazy unmount\n%s", logs.String())
+	}
+}
+
+// TestHangup: SIGHUP (the terminal closed) ends a mount as SIGTERM does:
+// unmounted, exit 0. Started under nohup, the mount ignores it.
+func TestHangup(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "h/a.bin", []byte("alpha"))
+	t.Run("ends the mount", func(t *testing.T) {
+		mnt := t.TempDir()
+		cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/h", mnt)
+		cmd.Process.Signal(syscall.SIGHUP)
+		if err := waitExit(cmd, 15*time.Second); err != nil {
+			t.Fatalf("after SIGHUP: %v\n%s", err, logs.String())
+		}
+		if m, _ := fuse.IsMountpoint(mnt); m {
+			t.Fatal("still mounted after exit")
+		}
+	})
+	t.Run("ignored under nohup", func(t *testing.T) {
+		nohup, err := exec.LookPath("nohup")
+		if err != nil {
+			testenv.Missing(t, "no nohup: %v", err)
+		}
+		mnt := t.TempDir()
+		cmd := exec.Command(nohup, bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/h", mnt)
+		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+		logs := &testenv.SyncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var exitErr error
+		exited := make(chan struct{})
+		go func() { exitErr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-exited; syscall.Unmount(mnt, syscall.MNT_DETACH) })
+		waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+		cmd.Process.Signal(syscall.SIGHUP)
+		select {
+		case <-exited:
+			t.Fatalf("under nohup, SIGHUP ended the mount: %v\n%s", exitErr, logs.String())
+		case <-time.After(time.Second):
+		}
+		if b, err := os.ReadFile(filepath.Join(mnt, "a.bin")); err != nil || string(b) != "alpha" {
+			t.Fatalf("read after SIGHUP under nohup: %q %v", b, err)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			if exitErr != nil {
+				t.Fatalf("after SIGTERM: %v\n%s", exitErr, logs.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+		}
+	})
+}
+
+// waitExit waits up to d for cmd to exit, and returns its exit error or
+// one that says it did not exit.
+func waitExit(cmd *exec.Cmd, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("no exit within %s", d)
+	}
+}
+
+// TestSignalWhileChecking: a signal while the start waits on a silent
+// endpoint says the start was stopped, not that the endpoint is down.
+func TestSignalWhileChecking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // takes connections and never answers
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cmd := exec.Command(bin, "mount", "--endpoint", "http://"+ln.Addr().String(), "--connect-timeout", "60s", "s3://bucket", t.TempDir())
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s")
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := waitExit(cmd, 15*time.Second); err == nil || strings.Contains(out.String(), "unreachable") || !strings.Contains(out.String(), "stopped while checking") {
+		t.Fatalf("SIGTERM during the check: %v\n%s", err, out.String())
+	}
+}
+
+// TestCacheStatStoppedMount: `cache stat` shows a running mount's counters,
+// and when that mount's process is stopped it says so and exits instead of
+// waiting on the mount for good.
+func TestCacheStatStoppedMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "s/a.bin", []byte("alpha"))
+	cacheDir := t.TempDir()
+	cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket()+"/s", t.TempDir())
+	stat := func() string { // its error shows in the output
+		out, err := exec.Command(bin, "cache", "stat", "--cache-dir", cacheDir).CombinedOutput()
+		return fmt.Sprintf("%s(exit: %v)", out, err)
+	}
+	if out := stat(); !strings.Contains(out, "counters:") || !strings.Contains(out, "exit: <nil>") {
+		t.Fatalf("cache stat beside a running mount shows no counters:\n%s\nmount:\n%s", out, logs.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
+	done := make(chan string, 1)
+	go func() { done <- stat() }()
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "no answer within") || !strings.Contains(out, "exit: <nil>") {
+			t.Fatalf("cache stat beside a stopped mount:\n%s", out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cache stat still waits on the stopped mount after 20 s")
+	}
+}

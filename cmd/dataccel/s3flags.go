@@ -171,6 +171,8 @@ func checkStore(ctx context.Context, st *s3.Store, cfg s3.Config, creds string, 
 	switch {
 	case err == nil:
 		return nil
+	case ctx.Err() != nil: // a signal, not the endpoint
+		return fmt.Errorf("stopped while checking bucket %q at %s: %w", cfg.Bucket, where, context.Cause(ctx))
 	case errors.Is(err, store.ErrNoBucket):
 		return noBucketError{bucket: cfg.Bucket, where: where}
 	case errors.Is(err, store.ErrAccess):

@@ -247,7 +247,11 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	})
 	disk.Flush()
 	s := cstats.Snapshot()
-	logger.Info("warm done", "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
+	outcome := "warm done"
+	if werr != nil {
+		outcome = "warm stopped" // what it fetched stays cached
+	}
+	logger.Info(outcome, "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
 		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
 		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
 	if disk.Disabled() {
