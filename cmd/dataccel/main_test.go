@@ -128,6 +128,8 @@ func TestMountErrors(t *testing.T) {
 		// It only warned, and the sidecar was never ready.
 		{name: "ready file without a directory", args: []string{"mount", "--endpoint", srv.Endpoint, "--ready-file", "/nonexistent/ready", "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "--ready-file /nonexistent/ready: no directory", checkMounted: true},
+		{name: "ready file in a directory it cannot write", args: []string{"mount", "--endpoint", srv.Endpoint, "--ready-file", "ROFILE", "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "cannot write in its directory", checkMounted: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +149,9 @@ func TestMountErrors(t *testing.T) {
 				}
 				if a == "CACHE" {
 					args[i] = t.TempDir()
+				}
+				if a == "ROFILE" {
+					args[i] = filepath.Join(immutableDir(t), "ready")
 				}
 			}
 			start := time.Now()
@@ -753,4 +758,20 @@ func TestCacheStatStoppedMount(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("cache stat still waits on the stopped mount after 20 s")
 	}
+}
+
+// immutableDir returns an empty directory no one can create files in, root
+// included (chattr +i): a directory root cannot write though it may look
+// for files there (a missing one is ENOENT, not a write error).
+func immutableDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "immutable")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		testenv.Missing(t, "chattr +i (e2fsprogs): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+	return dir
 }

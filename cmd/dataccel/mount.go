@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
@@ -385,6 +386,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.readyFile != "" {
 		if fi, err := os.Stat(filepath.Dir(f.readyFile)); err != nil || !fi.IsDir() {
 			return usageError{fmt.Errorf("--ready-file %s: no directory to write it in", f.readyFile)}
+		}
+		// Found now, not once mounted: a sidecar that can never say it is
+		// ready would only warn, and its pod would wait for good.
+		if err := unix.Access(filepath.Dir(f.readyFile), unix.W_OK); err != nil {
+			return usageError{fmt.Errorf("--ready-file %s: cannot write in its directory: %w", f.readyFile, err)}
 		}
 		// One left by a mount that was killed would say ready too early.
 		if err := os.Remove(f.readyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
