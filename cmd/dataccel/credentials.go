@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 		profile = os.Getenv("AWS_PROFILE")
 	}
 	if path != "" || profile != "" {
-		return fileSource(path, profile, true)
+		return fileSource(f.logger(), path, profile, true)
 	}
 	client := &http.Client{Timeout: credentialFetchTimeout}
 	if file := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"); file != "" {
@@ -93,7 +94,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 		// credentials.IAM reads these and the authorization token itself.
 		return firstKeys(ctx, &credentials.IAM{Client: client}, "container credentials endpoint")
 	}
-	if src, err := fileSource("", "", false); err != nil || src.provider != nil {
+	if src, err := fileSource(f.logger(), "", "", false); err != nil || src.provider != nil {
 		return src, err
 	}
 	imds := os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
@@ -111,7 +112,7 @@ func (f *s3Flags) credentials(ctx context.Context, region string) (credSource, e
 // fileSource reads a profile of a credentials file (path "": ~/.aws/credentials;
 // profile "": default). A missing or unusable file is an error when named,
 // else no source (a credSource without keys).
-func fileSource(path, profile string, named bool) (credSource, error) {
+func fileSource(log *slog.Logger, path, profile string, named bool) (credSource, error) {
 	if path == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -125,7 +126,7 @@ func fileSource(path, profile string, named bool) (credSource, error) {
 	if profile == "" {
 		profile = "default"
 	}
-	p := &fileCredentials{path: path, profile: profile}
+	p := &fileCredentials{path: path, profile: profile, log: log}
 	v, err := p.Retrieve()
 	if err != nil {
 		if !named {
@@ -178,6 +179,7 @@ const fileCheckEvery = time.Second
 // swapped in whole (a new inode), and a rewrite changes its time or size.
 type fileCredentials struct {
 	path, profile string
+	log           *slog.Logger // says when a changed file is read, or cannot be
 
 	mu      sync.Mutex
 	read    fileStamp         // guarded by mu; the file as last read
@@ -217,9 +219,14 @@ func (p *fileCredentials) Retrieve() (credentials.Value, error) {
 		if p.last.AccessKeyID != "" {
 			// Half written, or the profile gone: the keys read last serve
 			// until the file changes again.
+			p.log.Warn("the credentials file changed and has no usable keys: the keys read before stay in use until it changes again",
+				"file", p.path, "profile", p.profile, "err", err)
 			return p.last, nil
 		}
 		return credentials.Value{}, err
+	}
+	if p.last.AccessKeyID != "" {
+		p.log.Info("the credentials file changed: its keys are in use", "file", p.path, "profile", p.profile)
 	}
 	p.last = credentials.Value{AccessKeyID: c.AccessKey, SecretAccessKey: c.SecretKey, SessionToken: c.SessionToken,
 		SignerType: credentials.SignatureV4}

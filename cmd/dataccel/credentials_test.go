@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -394,7 +396,8 @@ func TestFileCredentialsChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := &fileCredentials{path: path, profile: "default"}
+	var logs bytes.Buffer // read only between Retrieves
+	p := &fileCredentials{path: path, profile: "default", log: slog.New(slog.NewTextHandler(&logs, nil))}
 	key := func() string {
 		t.Helper()
 		if !p.IsExpired() {
@@ -413,17 +416,21 @@ func TestFileCredentialsChange(t *testing.T) {
 	if p.IsExpired() {
 		t.Fatal("expired with no change")
 	}
-	for _, step := range []struct{ body, want string }{
-		{"[default]\naws_access_key_id = B\n", "A"}, // half written: the last keys
-		{"[default]\naws_access_key_id = B\naws_secret_access_key = b\n", "B"},
-		{"[other]\naws_access_key_id = C\naws_secret_access_key = c\n", "B"}, // the profile gone
+	for _, step := range []struct{ body, want, log string }{
+		{"[default]\naws_access_key_id = B\n", "A", "level=WARN msg=\"the credentials file changed and has no usable keys"}, // half written: the last keys
+		{"[default]\naws_access_key_id = B\naws_secret_access_key = b\n", "B", "level=INFO msg=\"the credentials file changed: its keys are in use"},
+		{"[other]\naws_access_key_id = C\naws_secret_access_key = c\n", "B", "level=WARN"}, // the profile gone
 	} {
+		logs.Reset()
 		write(step.body)
 		p.mu.Lock()
 		p.checked = time.Time{} // as if fileCheckEvery had passed
 		p.mu.Unlock()
 		if got := key(); got != step.want {
 			t.Fatalf("after writing %q: key %q, want %q", step.body, got, step.want)
+		}
+		if out := logs.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, step.log) || strings.Contains(out, "= b") {
+			t.Fatalf("after writing %q: logged %q, want one line with %q", step.body, out, step.log)
 		}
 	}
 }

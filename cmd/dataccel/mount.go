@@ -397,6 +397,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			return fmt.Errorf("--ready-file %s: remove the one left from before: %w", f.readyFile, err)
 		}
 	}
+	f.s3.log = logger
 	raw, err := f.s3.openStore(ctx, p.bucket, f.wait.connect)
 	if err != nil {
 		return err

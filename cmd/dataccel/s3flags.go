@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -26,6 +27,16 @@ type s3Flags struct {
 	profile         string
 	// refused secret-carrying flags: set means the user tried to pass one.
 	accessKey, secretKey string
+	// log is the command's logger, set before the store is opened; nil
+	// discards.
+	log *slog.Logger
+}
+
+func (f *s3Flags) logger() *slog.Logger {
+	if f.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return f.log
 }
 
 func (f *s3Flags) register(fs *pflag.FlagSet) {

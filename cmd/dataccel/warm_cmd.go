@@ -166,6 +166,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if err != nil {
 		return err
 	}
+	f.mount.s3.log = logger
 	raw, err := f.mount.s3.openStore(ctx, p.bucket, f.mount.wait.connect)
 	if err != nil {
 		return err
