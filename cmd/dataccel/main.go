@@ -23,12 +23,16 @@ func main() {
 }
 
 func run(args []string) int {
-	stopSignals := []os.Signal{os.Interrupt, syscall.SIGTERM}
-	// A closed terminal ends a foreground mount as Ctrl-C does (unmounted,
-	// the RAM cache saved) rather than killing it and leaving a dead mount;
-	// under nohup it stays ignored.
-	if !signal.Ignored(syscall.SIGHUP) {
-		stopSignals = append(stopSignals, syscall.SIGHUP)
+	// A closed terminal (SIGHUP) ends a foreground mount as Ctrl-C does
+	// (unmounted, the RAM cache saved) rather than killing it and leaving a
+	// dead mount. One ignored at start stays ignored, as for any program:
+	// nohup's SIGHUP, a script's background job's SIGINT (Notify would
+	// take it back).
+	stopSignals := []os.Signal{syscall.SIGTERM}
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGHUP} {
+		if !signal.Ignored(sig) {
+			stopSignals = append(stopSignals, sig)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()

@@ -624,9 +624,9 @@ func TestMountAsAnotherUser(t *testing.T) {
 	}
 }
 
-// TestHangup: SIGHUP (the terminal closed) ends a mount as SIGTERM does:
-// unmounted, exit 0. Started under nohup, the mount ignores it.
-func TestHangup(t *testing.T) {
+// TestStopSignals: SIGHUP (the terminal closed) ends a mount as SIGTERM
+// does: unmounted, exit 0. A stop signal ignored at start stays ignored.
+func TestStopSignals(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "h/a.bin", []byte("alpha"))
 	t.Run("ends the mount", func(t *testing.T) {
@@ -640,43 +640,55 @@ func TestHangup(t *testing.T) {
 			t.Fatal("still mounted after exit")
 		}
 	})
-	t.Run("ignored under nohup", func(t *testing.T) {
-		nohup, err := exec.LookPath("nohup")
-		if err != nil {
-			testenv.Missing(t, "no nohup: %v", err)
-		}
-		mnt := t.TempDir()
-		cmd := exec.Command(nohup, bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/h", mnt)
-		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-		logs := &testenv.SyncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var exitErr error
-		exited := make(chan struct{})
-		go func() { exitErr = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { cmd.Process.Kill(); <-exited; syscall.Unmount(mnt, syscall.MNT_DETACH) })
-		waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
-		cmd.Process.Signal(syscall.SIGHUP)
-		select {
-		case <-exited:
-			t.Fatalf("under nohup, SIGHUP ended the mount: %v\n%s", exitErr, logs.String())
-		case <-time.After(time.Second):
-		}
-		if b, err := os.ReadFile(filepath.Join(mnt, "a.bin")); err != nil || string(b) != "alpha" {
-			t.Fatalf("read after SIGHUP under nohup: %q %v", b, err)
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			if exitErr != nil {
-				t.Fatalf("after SIGTERM: %v\n%s", exitErr, logs.String())
+	// A signal ignored when the mount starts stays ignored: nohup's
+	// SIGHUP, and the SIGINT a script's background job ignores (so that
+	// Ctrl-C meant for the script's foreground leaves the mount be).
+	for _, tc := range []struct {
+		name    string
+		wrapper []string
+		sig     syscall.Signal
+	}{
+		{"SIGHUP under nohup", []string{"nohup"}, syscall.SIGHUP},
+		{"SIGINT ignored at start", []string{"sh", "-c", `trap "" INT; exec "$0" "$@"`}, syscall.SIGINT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.wrapper[0]); err != nil {
+				testenv.Missing(t, "no %s: %v", tc.wrapper[0], err)
 			}
-		case <-time.After(15 * time.Second):
-			t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
-		}
-	})
+			mnt := t.TempDir()
+			args := append(append([]string(nil), tc.wrapper[1:]...), bin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/h", mnt)
+			cmd := exec.Command(tc.wrapper[0], args...)
+			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+			logs := &testenv.SyncBuffer{}
+			cmd.Stdout, cmd.Stderr = logs, logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var exitErr error
+			exited := make(chan struct{})
+			go func() { exitErr = cmd.Wait(); close(exited) }()
+			t.Cleanup(func() { cmd.Process.Kill(); <-exited; syscall.Unmount(mnt, syscall.MNT_DETACH) })
+			waitFor(t, 15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=mounted") })
+			cmd.Process.Signal(tc.sig)
+			select {
+			case <-exited:
+				t.Fatalf("%s ended the mount: %v\n%s", tc.sig, exitErr, logs.String())
+			case <-time.After(time.Second):
+			}
+			if b, err := os.ReadFile(filepath.Join(mnt, "a.bin")); err != nil || string(b) != "alpha" {
+				t.Fatalf("read after %s: %q %v", tc.sig, b, err)
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+				if exitErr != nil {
+					t.Fatalf("after SIGTERM: %v\n%s", exitErr, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+			}
+		})
+	}
 }
 
 // waitExit waits up to d for cmd to exit, and returns its exit error or
