@@ -238,6 +238,14 @@ func New(dir string, cfg Config) (*Mount, error) {
 			Debug:         cfg.Debug,
 		},
 	}
+	if os.Geteuid() != 0 {
+		// fusermount3 opens the device as the user; its own failure
+		// reads "exited with code 256".
+		if err := unix.Access("/dev/fuse", unix.R_OK|unix.W_OK); err != nil {
+			fsys.stop()
+			return nil, fmt.Errorf("mount %s: without root the mount needs read and write access to /dev/fuse (Debian's udev makes it 0666): %w", abs, err)
+		}
+	}
 	server, err := gofs.Mount(abs, root, opts)
 	if err != nil {
 		fsys.stop()

@@ -532,16 +532,6 @@ func TestMountAsAnotherUser(t *testing.T) {
 		testenv.Missing(t, "no fusermount3 (Debian fuse3): %v", err)
 	}
 	const nobody = 65534
-	// fusermount3 opens /dev/fuse as the user: Debian's udev makes it
-	// 0666, a bare VM's devtmpfs may leave it 0600.
-	if fi, err := os.Stat("/dev/fuse"); err != nil {
-		testenv.Missing(t, "no /dev/fuse: %v", err)
-	} else if mode := fi.Mode().Perm(); mode&0o006 != 0o006 {
-		if err := os.Chmod("/dev/fuse", mode|0o666); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Chmod("/dev/fuse", mode) })
-	}
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "u/a.bin", []byte("alpha"))
 	// The binary and the directories must be reachable by that user:
@@ -594,6 +584,21 @@ func TestMountAsAnotherUser(t *testing.T) {
 			t.Fatalf("read as that user: %q %v\n%s", out, err, logs.String())
 		}
 		return c, logs
+	}
+	// fusermount3 opens /dev/fuse as the user: Debian's udev makes it
+	// 0666, a bare VM's devtmpfs may leave it 0600.
+	if fi, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "no /dev/fuse: %v", err)
+	} else if mode := fi.Mode().Perm(); mode&0o006 != 0o006 {
+		// First, what a user meets on such a machine: a clear error.
+		out, err := as(userBin, "mount", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket()+"/u", mnt).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "needs read and write access to /dev/fuse") {
+			t.Fatalf("mount as another user with /dev/fuse %v: %v\n%s", mode, err, out)
+		}
+		if err := os.Chmod("/dev/fuse", mode|0o666); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod("/dev/fuse", mode) })
 	}
 	first, _ := start()
 	first.Process.Kill() // leaves the mount stale
