@@ -209,8 +209,23 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 	start := s.workers() - s.running
 	s.running += start
 	s.mu.Unlock()
+	if start == 0 {
+		return true
+	}
+	// Under Loader.mu, as every wg.Add: once Close has set closed and
+	// waits, no worker may start (the open that queued them can race it).
+	l := s.l
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		s.mu.Lock()
+		s.running -= start
+		s.mu.Unlock()
+		return true
+	}
+	l.wg.Add(start)
+	l.mu.Unlock()
 	for range start {
-		s.l.wg.Add(1)
 		go s.worker()
 	}
 	return true

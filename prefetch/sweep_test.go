@@ -413,3 +413,27 @@ func TestSweepWaitsForDisk(t *testing.T) {
 	tier.busy.Store(false)
 	waitFor(t, "sweep of dir a", func() bool { return fetchedFiles(st, a) == len(a) })
 }
+
+// TestCloseWhileOpening: files opened while the loader closes (a job still
+// reading as the mount stops) start no sweep workers once Close waits for
+// them; before, one could, and the WaitGroup's reuse panicked.
+func TestCloseWhileOpening(t *testing.T) {
+	st := newFakeStore()
+	var objs []store.Object
+	for d := range 40 {
+		objs = append(objs, addFiles(st, fmt.Sprintf("d%02d", d), 3, 100)...)
+	}
+	for range 200 {
+		l := NewLoader(st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 2, Stats: &Stats{}})
+		l.SetSiblings(dirSiblings{objs: objs})
+		opened := make(chan struct{})
+		go func() {
+			defer close(opened)
+			for _, o := range objs {
+				l.Open(o).Close()
+			}
+		}()
+		l.Close()
+		<-opened
+	}
+}
