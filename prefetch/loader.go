@@ -208,6 +208,9 @@ type Loader struct {
 	pbytes      int64     // guarded by mu: bytes those flights fetch
 	closed      bool      // guarded by mu
 	pc          PageCache // guarded by mu: where pushes go (nil: none)
+	// guarded by mu: the charge of the blocks queued for the page cache or
+	// being pushed, at most pushCap (see pushLocked)
+	pushBytes int64
 	// copied holds the object versions Forget was told a whole local copy
 	// holds, at most maxCopied: prefetch leaves them alone (a read of one
 	// through the loader fetches it, and takes it out again).

@@ -30,8 +30,20 @@ const pushers = 2
 
 // push is a block handed to the page cache.
 type push struct {
-	f  *flight
-	pc PageCache
+	f      *flight
+	pc     PageCache
+	charge int64 // f's charge when queued, counted in Loader.pushBytes
+}
+
+// pushCap is the most budget that blocks queued for or in a push may hold:
+// half of it, and always room for one read's block besides. A push
+// can wait on the pages a kernel READ of its file locks, and that READ on
+// the budget: evicting a pushed block from the ready map frees no budget
+// while its push holds it, so without the cap pushes could hold all of it
+// and the READ, the push and every later read of those files would wait
+// for good.
+func pushCap(limit, readCharge int64) int64 {
+	return max(min(limit/2, limit-readCharge), 0)
 }
 
 // SetPageCache sets where cross-file prefetch puts the files it fetches
@@ -49,9 +61,14 @@ func (l *Loader) pushLocked(f *flight) {
 	if l.pc == nil || l.closed {
 		return
 	}
+	if l.pushBytes+f.charge > pushCap(l.mem.limit, l.mem.clamp(l.opts.BlockSize+blockOverhead)) {
+		l.stats.PushSkipped.Add(1)
+		return
+	}
 	select {
-	case l.pushq <- push{f: f, pc: l.pc}:
+	case l.pushq <- push{f: f, pc: l.pc, charge: f.charge}:
 		f.refs++
+		l.pushBytes += f.charge
 	default:
 		l.stats.PushSkipped.Add(1)
 	}
@@ -66,15 +83,15 @@ func (l *Loader) pusher() {
 		case p := <-l.pushq:
 			off := keyOff(p.f.key)
 			if data := pushedPart(p.f, off); len(data) > 0 {
-				l.pushed(p.f, data, p.pc.Store(p.f.obj, off, data))
+				l.pushed(p, data, p.pc.Store(p.f.obj, off, data))
 			} else {
-				l.unhold(p.f) // a file of one page, left to its read
+				l.dropPush(p) // a file of one page, left to its read
 			}
 		case <-l.ctx.Done():
 			for {
 				select {
 				case p := <-l.pushq:
-					l.unhold(p.f)
+					l.dropPush(p)
 				default:
 					return
 				}
@@ -98,9 +115,11 @@ func pushedPart(f *flight, off int64) []byte {
 // map: the reader will find it there (or, if the kernel dropped it, in the
 // cache tier). A block pushed but for its tail stays ready for the read of
 // that tail, and a failed push leaves it ready, as if it had not been tried.
-func (l *Loader) pushed(f *flight, data []byte, err error) {
+func (l *Loader) pushed(p push, data []byte, err error) {
+	f := p.f
 	var charge int64
 	l.mu.Lock()
+	l.pushBytes -= p.charge
 	if err == nil {
 		l.handed.mark(f.key, int64(len(data)))
 		l.stats.Pushed.Add(1)
@@ -118,5 +137,16 @@ func (l *Loader) pushed(f *flight, data []byte, err error) {
 	}
 	if err != nil {
 		l.log.Debug("prefetch: block not pushed to the page cache", "key", f.key.Object, "offset", keyOff(f.key), "err", err)
+	}
+}
+
+// dropPush ends a push that stores nothing.
+func (l *Loader) dropPush(p push) {
+	l.mu.Lock()
+	l.pushBytes -= p.charge
+	charge := l.unrefLocked(p.f)
+	l.mu.Unlock()
+	if charge > 0 {
+		l.mem.release(charge)
 	}
 }

@@ -213,3 +213,96 @@ func TestSweepPush(t *testing.T) {
 		})
 	}
 }
+
+// pageLockCache stands in for FUSE_NOTIFY_STORE's wait for the page locks
+// a kernel READ of the file holds until it is answered: a push of a file
+// being read waits for that read to end. A push before any read waits for
+// one (to line the test up).
+type pageLockCache struct {
+	mu      sync.Mutex
+	reading map[string]chan struct{} // guarded by mu: closed when the file's READ ends
+	storing map[string]bool          // guarded by mu
+	over    bool                     // guarded by mu: no more reads come
+}
+
+func (c *pageLockCache) Store(obj store.Object, _ int64, _ []byte) error {
+	c.mu.Lock()
+	c.storing[obj.Key] = true
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		ch, over := c.reading[obj.Key], c.over
+		c.mu.Unlock()
+		if ch != nil {
+			<-ch
+			return nil
+		}
+		if over {
+			return errors.New("no read came")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// read marks a READ of key in progress until the returned func.
+func (c *pageLockCache) read(key string) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	c.reading[key] = ch
+	return func() { close(ch) }
+}
+
+// TestPushesLeaveRoomForReads: blocks waiting in or for a push hold their
+// budget though evicted from the ready map. A push waits for the page locks
+// of a READ of its file, and that READ for budget: were the pushes to hold
+// all of it, the READs of those files would wait for good (found by a
+// review). They hold at most half, so the reads go on.
+func TestPushesLeaveRoomForReads(t *testing.T) {
+	const block = 1 << 20
+	st := newFakeStore()
+	files := addFiles(st, "a", 8, block)
+	other := st.add("b/x", block)
+	l := newTestLoader(t, st, nil, Options{BlockSize: block, MemoryBudget: 8 * (block + blockOverhead),
+		CrossFile: true, Workers: 8, ByteLead: 100 << 20, MaxInflight: 16})
+	pc := &pageLockCache{reading: map[string]chan struct{}{}, storing: map[string]bool{}}
+	t.Cleanup(func() { // before the loader's Close: its pushers end
+		pc.mu.Lock()
+		pc.over = true
+		pc.mu.Unlock()
+	})
+	l.SetPageCache(pc)
+	l.Announce(files)
+	var pushing []store.Object
+	waitFor(t, "two files in a push, the budget full", func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		pushing = pushing[:0]
+		for _, f := range files {
+			if pc.storing[f.Key] {
+				pushing = append(pushing, f)
+			}
+		}
+		return len(pushing) == pushers && l.stats.MemInUse.Load() == 8*(block+blockOverhead)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1+len(pushing))
+	// A read of another file evicts the ready blocks for room.
+	go func() { _, err := l.Open(other).ReadAt(ctx, make([]byte, 4096), 0); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	// The READs whose pages the pushes wait on.
+	for _, f := range pushing {
+		end := pc.read(f.Key)
+		go func() {
+			_, err := l.Open(f).ReadAt(ctx, make([]byte, 128<<10), 0)
+			end()
+			done <- err
+		}()
+	}
+	for range 1 + len(pushing) {
+		if err := <-done; err != nil {
+			t.Fatalf("read: %v (waited until its deadline)", err)
+		}
+	}
+}
