@@ -24,6 +24,29 @@ type Mount struct {
 	server *gofuse.Server
 }
 
+// ResolveMountpoint returns dir absolute, its symlinks resolved: the mount
+// table lists the real path (a stale or live mount at dir is found by it),
+// and fusermount3 refuses a mountpoint that is a symlink. The last element
+// is resolved only if it is a symlink: a dead mount there cannot be
+// stat'ed, and is kept as named.
+func ResolveMountpoint(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return abs, nil // CheckMountpoint says what is missing
+	}
+	p := filepath.Join(parent, filepath.Base(abs))
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if target, err := filepath.EvalSymlinks(p); err == nil {
+			p = target
+		}
+	}
+	return p, nil
+}
+
 // CheckMountpoint says whether dir can be mounted on: it must exist, be a
 // directory, and not be a mount already. A stale FUSE mount left by a
 // crashed process ("transport endpoint is not connected") is detached first.
@@ -197,7 +220,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 	if cfg.Store == nil || cfg.Opener == nil {
 		return nil, errors.New("fuse: Config needs a Store and an Opener")
 	}
-	abs, err := filepath.Abs(dir)
+	abs, err := ResolveMountpoint(dir)
 	if err != nil {
 		return nil, err
 	}

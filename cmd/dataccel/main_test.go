@@ -792,3 +792,41 @@ func immutableDir(t *testing.T) string {
 	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
 	return dir
 }
+
+// TestMountpointThroughSymlink: a mountpoint named through a symlink (a
+// parent that is one, or itself one) mounts on the real path, and the
+// checks find what is there: a live mount is refused, a stale one left by
+// a killed process is detached.
+func TestMountpointThroughSymlink(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "l/a.bin", []byte("alpha"))
+	setCreds(t, srv.AccessKey, srv.SecretKey)
+	base := t.TempDir()
+	real := filepath.Join(base, "real", "m")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(filepath.Join(base, "real"), filepath.Join(base, "parent-link"))
+	os.Symlink(real, filepath.Join(base, "link"))
+	for name, path := range map[string]string{
+		"parent is a symlink": filepath.Join(base, "parent-link", "m"),
+		"itself a symlink":    filepath.Join(base, "link"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--endpoint", srv.Endpoint, "s3://" + st.Bucket() + "/l", path}
+			first, _ := mountProcess(t, args...)
+			if m, _ := fuse.IsMountpoint(real); !m {
+				t.Fatalf("%s is no mount point", real)
+			}
+			if err := execCmd(t, append([]string{"mount"}, args...)...); err == nil || !strings.Contains(err.Error(), "already a mount point") {
+				t.Fatalf("a second mount on it: %v", err)
+			}
+			first.Process.Kill() // leaves the mount stale
+			first.Wait()
+			_, logs := mountProcess(t, args...)
+			if b, err := os.ReadFile(filepath.Join(path, "a.bin")); err != nil || string(b) != "alpha" {
+				t.Fatalf("read after the stale mount was replaced: %q %v\n%s", b, err, logs.String())
+			}
+		})
+	}
+}

@@ -374,6 +374,11 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	// Check the mountpoint before contacting the store: it is cheaper and
 	// the more likely mistake.
+	resolved, err := fuse.ResolveMountpoint(dir)
+	if err != nil {
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	dir = resolved
 	if err := fuse.CheckMountpoint(dir); err != nil {
 		return err
 	}
