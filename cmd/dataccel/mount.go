@@ -687,6 +687,10 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("disk cache: %w", err)
 		}
+		if d.Disabled() { // a read-only directory: what it holds is served
+			logger.Warn("the disk cache serves what --cache-dir holds and caches nothing new: it cannot be written",
+				"dir", f.cacheDir, "err", d.Err())
+		}
 		disk = d
 		closers = append(closers, func() {
 			if err := d.Close(); err != nil {

@@ -172,6 +172,13 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 				"writes_refused", now-was)
 		}
 	}
+	// A disk error turns the tier's writes off for the mount's life (an
+	// unwritable --cache-dir at start, say): what the RAM cache gives up
+	// is then lost, and nothing outlives the mount.
+	if errs := w.counters()["cache_disk_errors_total"]; errs > 0 {
+		w.logger.Warn("the mount's disk cache takes no writes since an error (the mount's log says which): the files are in its RAM cache at most",
+			"disk_errors", errs)
+	}
 	return reportFailures(failed, "files")
 }
 

@@ -285,3 +285,21 @@ func TestWarmMountList(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmMountUnwritableCache: a mount whose --cache-dir cannot be written
+// says so at start, and a warm through it says the files did not reach
+// the disk cache (before, it printed "warm done" and nothing else).
+func TestWarmMountUnwritableCache(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "u/", 10, 8<<10)
+	cacheDir := readOnlyDir(t)
+	cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket(), t.TempDir())
+	mnt := cmd.Args[len(cmd.Args)-1]
+	if !strings.Contains(logs.String(), "caches nothing new: it cannot be written") {
+		t.Fatalf("no word at start of an unwritable --cache-dir:\n%s", logs.String())
+	}
+	out, err := exec.Command(bin, "warm", "-q", filepath.Join(mnt, "u")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "disk cache takes no writes") {
+		t.Fatalf("warm through a mount with an unwritable disk cache: %v\n%s", err, out)
+	}
+}
