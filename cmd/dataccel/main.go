@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -38,11 +39,21 @@ func run(args []string) int {
 	defer stop()
 	// The first signal starts an orderly end (a mount saves its RAM cache,
 	// up to 20 s); a second one ends the process at once, as a user who
-	// presses Ctrl-C twice means.
-	context.AfterFunc(ctx, stop)
+	// presses Ctrl-C twice means. Said, since the orderly end can wait: on
+	// a read of a stopped or hung mount, which only that second signal
+	// (a fatal one) breaks.
+	var returned atomic.Bool
+	context.AfterFunc(ctx, func() {
+		stop()
+		if !returned.Load() {
+			fmt.Fprintln(os.Stderr, "dataccel: stopping; a second signal ends it at once")
+		}
+	})
 	root := newRootCmd()
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	returned.Store(true)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "dataccel:", err)
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -748,12 +748,14 @@ func TestSignalWhileChecking(t *testing.T) {
 
 // TestCacheStatStoppedMount: `cache stat` shows a running mount's counters,
 // and when that mount's process is stopped it says so and exits instead of
-// waiting on the mount for good.
+// waiting on the mount for good; a warm of the stopped mount ends at a
+// second signal, as the first says.
 func TestCacheStatStoppedMount(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "s/a.bin", []byte("alpha"))
 	cacheDir := t.TempDir()
-	cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket()+"/s", t.TempDir())
+	mnt := t.TempDir()
+	cmd, logs := mountProcess(t, "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://"+st.Bucket()+"/s", mnt)
 	stat := func() string { // its error shows in the output
 		out, err := exec.Command(bin, "cache", "stat", "--cache-dir", cacheDir).CombinedOutput()
 		return fmt.Sprintf("%s(exit: %v)", out, err)
@@ -774,6 +776,21 @@ func TestCacheStatStoppedMount(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("cache stat still waits on the stopped mount after 20 s")
+	}
+	// A warm waits on the stopped mount's files: the first signal says a
+	// second one ends it, and the second does.
+	warm := exec.Command(bin, "warm", "-q", mnt)
+	var out testenv.SyncBuffer
+	warm.Stdout, warm.Stderr = &out, &out
+	if err := warm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	warm.Process.Signal(syscall.SIGINT)
+	waitFor(t, 5*time.Second, func() bool { return strings.Contains(out.String(), "a second signal ends it at once") })
+	warm.Process.Signal(syscall.SIGINT)
+	if err := waitExit(warm, 10*time.Second); err == nil || strings.Contains(err.Error(), "no exit") {
+		t.Fatalf("warm after a second SIGINT: %v\n%s", err, out.String())
 	}
 }
 
