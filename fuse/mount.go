@@ -272,6 +272,12 @@ func New(dir string, cfg Config) (*Mount, error) {
 	server, err := gofs.Mount(abs, root, opts)
 	if err != nil {
 		fsys.stop()
+		if os.Geteuid() != 0 && strings.Contains(err.Error(), "fusermount exited with code") {
+			// go-fuse's words hold the raw wait status (256 for exit 1),
+			// and fusermount3 may have printed nothing.
+			return nil, fmt.Errorf("mount %s: fusermount3 refused it: without root, the user needs write access to the mountpoint, "+
+				"and --allow-other needs user_allow_other in /etc/fuse.conf", abs)
+		}
 		return nil, fmt.Errorf("mount %s: %w", abs, err)
 	}
 	go func() { server.Wait(); fsys.stop() }() // however the mount ends

@@ -600,6 +600,14 @@ func TestMountAsAnotherUser(t *testing.T) {
 		}
 		t.Cleanup(func() { os.Chmod("/dev/fuse", mode) })
 	}
+	// A mountpoint the user does not own: fusermount3 says why, and the
+	// error points there, not at a raw wait status.
+	rootOwned := filepath.Join(home, "root-owned")
+	os.Mkdir(rootOwned, 0o755)
+	out, err := as(userBin, "mount", "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/u", rootOwned).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "fusermount3 refused it: without root, the user needs write access") || strings.Contains(string(out), "code 256") {
+		t.Fatalf("mount on a directory of root's as another user: %v\n%s", err, out)
+	}
 	first, _ := start()
 	first.Process.Kill() // leaves the mount stale
 	first.Wait()
