@@ -210,9 +210,15 @@ func (s *Store) Bucket() string { return s.bucket }
 // an unreachable endpoint, bad credentials or a missing bucket each give a
 // distinct error. Bound it with a context deadline.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx) // stops the listing after its first answer
-	defer cancel()
-	first, ok := <-s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
+	lctx, cancel := context.WithCancel(ctx)
+	objects := s.client.ListObjects(lctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
+	first, ok := <-objects
+	// Stop the listing after its first answer, and drain it: minio-go's
+	// lister, cancelled, still sends the cancel's error, and would wait on
+	// a full channel for good.
+	cancel()
+	for range objects {
+	}
 	if ok && first.Err != nil {
 		// Keys just fetched: an ExpiredToken here is not worth renewing.
 		return fmt.Errorf("check bucket %q: %w", s.bucket, mapErr(first.Err))

@@ -9,11 +9,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
@@ -290,5 +293,36 @@ func testVirtualHosted(t *testing.T, dualStack bool, domain string) {
 	}
 	if len(dialed) == 0 {
 		t.Error("nothing dialed")
+	}
+}
+
+// TestCheckLeavesNoLister: Check reads the listing's first answer only;
+// minio-go's lister, cancelled with more answers in hand, sends the
+// cancel's error too and waits for a reader for good unless the channel is
+// drained. Many Checks at once on a bucket of several objects (so that a
+// lister is often ahead of its reader) leave no lister behind.
+func TestCheckLeavesNoLister(t *testing.T) {
+	st := srv.NewBucket(t)
+	for i := range 3 {
+		testenv.Put(t, st, fmt.Sprintf("k%d", i), []byte("x"))
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for range 200 {
+		g.Go(func() error { return st.Check(context.Background()) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	listers := func() int {
+		buf := make([]byte, 8<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "minio-go/v7.(*Client).ListObjects.func1(")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for listers() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := listers(); n > 0 {
+		t.Fatalf("%d listers left behind by Check", n)
 	}
 }
