@@ -196,15 +196,8 @@ func TestMountLifecycle(t *testing.T) {
 	}
 	defer held.Close()
 	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+	if err := waitExit(cmd, 15*time.Second); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, logs.String())
 	}
 	if m, _ := fuse.IsMountpoint(mnt); m {
 		t.Fatal("still mounted after exit")
@@ -619,15 +612,8 @@ func TestMountAsAnotherUser(t *testing.T) {
 	}
 	t.Cleanup(func() { shell.Process.Kill(); shell.Wait() })
 	second.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- second.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit 15 s after SIGTERM\n%s", logs.String())
+	if err := waitExit(second, 15*time.Second); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, logs.String())
 	}
 	if m, _ := fuse.IsMountpoint(mnt); m {
 		t.Fatalf("still mounted after exit\n%s", logs.String())
