@@ -525,6 +525,11 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 	if errors.Is(err, store.ErrChanged) {
 		n.fsys.healStale(n)
 	}
+	if errors.Is(err, io.EOF) && off+int64(len(data)) < n.obj.Size && len(data) < len(dest) {
+		// The kernel was told Size: an end before it would read as a whole,
+		// shorter file.
+		err = fmt.Errorf("%w: ended at %d of %d bytes", io.ErrUnexpectedEOF, off+int64(len(data)), n.obj.Size)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.fsys.fail("read", fmt.Sprintf("%s@%d", n.obj.Key, off), err)
 	}
