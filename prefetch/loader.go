@@ -209,14 +209,15 @@ type Loader struct {
 	closed      bool      // guarded by mu
 	pc          PageCache // guarded by mu: where pushes go (nil: none)
 	// guarded by mu: the charge of the blocks queued for the page cache or
-	// being pushed, at most pushCap (see pushLocked)
+	// being pushed, at most pushCap
 	pushBytes int64
 	// copied holds the object versions Forget was told a whole local copy
 	// holds, at most maxCopied: prefetch leaves them alone (a read of one
 	// through the loader fetches it, and takes it out again).
 	copied map[objVersion]struct{} // guarded by mu
 
-	pushq chan push // blocks waiting for a pusher; nil unless CrossFile
+	pushq   chan push // blocks waiting for a pusher; nil unless CrossFile
+	pushCap int64     // the most pushBytes may reach; fixed at creation
 }
 
 // Where a prefetched block lands once fetched: the ready map (landReady),
@@ -286,6 +287,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		l.plan.start()
 		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]*unlisted{}}
 		l.pushq = make(chan push, pushQueue)
+		l.pushCap = pushCap(l.mem.limit, l.mem.clamp(opts.BlockSize+blockOverhead))
 		for range pushers {
 			l.wg.Add(1)
 			go l.pusher()

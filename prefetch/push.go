@@ -61,7 +61,7 @@ func (l *Loader) pushLocked(f *flight) {
 	if l.pc == nil || l.closed {
 		return
 	}
-	if l.pushBytes+f.charge > pushCap(l.mem.limit, l.mem.clamp(l.opts.BlockSize+blockOverhead)) {
+	if l.pushBytes+f.charge > l.pushCap {
 		l.stats.PushSkipped.Add(1)
 		return
 	}

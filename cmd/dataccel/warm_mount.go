@@ -166,8 +166,9 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 	w.logger.Info("warm done", "files", len(files), "took", time.Since(start).Round(time.Millisecond))
 	// Blocks reach the disk cache as the RAM cache gives them up: a warm
 	// the RAM cache holds whole learns of a full disk only later.
+	after := w.counters()
 	if was, ok := before["cache_disk_rejected_total"]; ok {
-		if now := w.counters()["cache_disk_rejected_total"]; now > was {
+		if now := after["cache_disk_rejected_total"]; now > was {
 			w.logger.Warn("the mount's disk cache is full (its --cache-size, or its file system down to --cache-min-free): part of the files are not in it",
 				"writes_refused", now-was)
 		}
@@ -175,7 +176,7 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 	// A disk error turns the tier's writes off for the mount's life (an
 	// unwritable --cache-dir at start, say): what the RAM cache gives up
 	// is then lost, and nothing outlives the mount.
-	if errs := w.counters()["cache_disk_errors_total"]; errs > 0 {
+	if errs := after["cache_disk_errors_total"]; errs > 0 {
 		w.logger.Warn("the mount's disk cache takes no writes since an error (the mount's log says which): the files are in its RAM cache at most",
 			"disk_errors", errs)
 	}
