@@ -200,7 +200,20 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	var b strings.Builder
 	d := s.Dataset
 	files := float64(d.Files)
-	rate := func(v float64) string { return fmt.Sprintf("%.0f", files/v) }
+	// A time the summary lacks prints as "-", never as 0 or a rate of +Inf.
+	val := func(m map[string]float64, k string, f func(float64) string) string {
+		if v, ok := m[k]; ok {
+			return f(v)
+		}
+		return "-"
+	}
+	rateOf := func(v float64) string {
+		if v <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", files/v)
+	}
+	rate := func(m map[string]float64, k string) string { return val(m, k, rateOf) }
 	fmt.Fprintf(&b, "%s: files %d, %d MB, order %s, %s ms round trip, %d readers, batch %d\n",
 		d.Prefix, d.Files, d.Bytes/1e6, d.Order, trimFloat(d.RTTMs), d.Readers, d.Batch)
 	if s.Command != "" {
@@ -213,33 +226,33 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 		if !ok {
 			continue
 		}
-		cold := fmt.Sprintf("%s (%s)%s", sec2(c), rate(c), s.rangeText("cold", k, sec2))
+		cold := fmt.Sprintf("%s (%s)%s", sec2(c), rateOf(c), s.rangeText("cold", k, sec2))
 		warm := "-"
 		if v, ok := s.WarmS[k]; ok {
-			warm = fmt.Sprintf("%s (%s)%s", sec2(v), rate(v), s.rangeText("warm", k, sec2))
+			warm = fmt.Sprintf("%s (%s)%s", sec2(v), rateOf(v), s.rangeText("warm", k, sec2))
 		}
 		fmt.Fprintf(&b, "%-14s %-25s %s\n", k, cold, warm)
 	}
 	if a := s.AnnouncedColdS; len(a) > 0 {
-		fmt.Fprintf(&b, "dataccel announced     %s (%s)%s; direct GETs beside it %s%s\n", sec2(a["dataccel"]), rate(a["dataccel"]),
-			s.rangeText("announced_cold", "dataccel", sec2), sec2(a["direct"]), s.rangeText("announced_cold", "direct", sec2))
+		fmt.Fprintf(&b, "dataccel announced     %s (%s)%s; direct GETs beside it %s%s\n", val(a, "dataccel", sec2), rate(a, "dataccel"),
+			s.rangeText("announced_cold", "dataccel", sec2), val(a, "direct", sec2), s.rangeText("announced_cold", "direct", sec2))
 	}
 	if a := s.AfterWarmS; len(a) > 0 {
 		fmt.Fprintf(&b, "after warm             warm %s s%s, then epoch %s (%s)%s; direct GETs beside it %s%s\n",
-			sec2(a["warm"]), s.rangeText("after_warm", "warm", sec2), sec2(a["epoch"]), rate(a["epoch"]),
-			s.rangeText("after_warm", "epoch", sec2), sec2(a["direct"]), s.rangeText("after_warm", "direct", sec2))
+			val(a, "warm", sec2), s.rangeText("after_warm", "warm", sec2), val(a, "epoch", sec2), rate(a, "epoch"),
+			s.rangeText("after_warm", "epoch", sec2), val(a, "direct", sec2), s.rangeText("after_warm", "direct", sec2))
 	}
 	if a := s.AloneWarmS; len(a) > 0 {
-		fmt.Fprintf(&b, "warm, peers unmounted  dataccel %s ms%s, local disk %s ms%s\n", msec(a["dataccel"]),
-			s.rangeText("alone_warm", "dataccel", msec), msec(a["local"]), s.rangeText("alone_warm", "local", msec))
+		fmt.Fprintf(&b, "warm, peers unmounted  dataccel %s ms%s, local disk %s ms%s\n", val(a, "dataccel", msec),
+			s.rangeText("alone_warm", "dataccel", msec), val(a, "local", msec), s.rangeText("alone_warm", "local", msec))
 	}
 	if a := s.PythonOpenWarmS; len(a) > 0 {
-		fmt.Fprintf(&b, "warm, Python open()   dataccel %s ms%s, local disk %s ms%s\n", msec(a["dataccel"]),
-			s.rangeText("python_open_warm", "dataccel", msec), msec(a["local"]), s.rangeText("python_open_warm", "local", msec))
+		fmt.Fprintf(&b, "warm, Python open()   dataccel %s ms%s, local disk %s ms%s\n", val(a, "dataccel", msec),
+			s.rangeText("python_open_warm", "dataccel", msec), val(a, "local", msec), s.rangeText("python_open_warm", "local", msec))
 	}
 	if a := s.List10kS; len(a) > 0 {
-		fmt.Fprintf(&b, "list 10k dir           dataccel %s%s  s3fs %s  rclone %s%s\n", sec3(a["dataccel"]),
-			s.rangeText("list_10k", "dataccel", sec3), sec3(a["s3fs"]), sec3(a["rclone"]), s.rangeText("list_10k", "rclone", sec3))
+		fmt.Fprintf(&b, "list 10k dir           dataccel %s%s  s3fs %s  rclone %s%s\n", val(a, "dataccel", sec3),
+			s.rangeText("list_10k", "dataccel", sec3), val(a, "s3fs", sec3), val(a, "rclone", sec3), s.rangeText("list_10k", "rclone", sec3))
 	}
 	if a := s.WalkS; len(a) > 0 {
 		b.WriteString("walk the dataset      ")
@@ -253,7 +266,7 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "dataccel peak RSS      %.0f MiB (RAM cache %.0f MiB)\n", s.PeakRSSMiB, s.RAMCacheMiB)
 	if f := s.FreshMemory; len(f) > 0 {
 		fmt.Fprintf(&b, "host, fresh memory     %s s per GiB at the start, %s before B, %s at the end (mounts pay it for their page cache and RAM cache; direct GETs do not)\n",
-			sec2(f["start"]), sec2(f["before_b"]), sec2(f["end"]))
+			val(f, "start", sec2), val(f, "before_b", sec2), val(f, "end", sec2))
 	}
 	if s.PageReporting {
 		b.WriteString("host, free memory      the VM hands freed memory back to its host within a second (free page reporting): a cold epoch pays a host fault for each page it fills, a mount for its page cache and RAM cache\n")
@@ -263,7 +276,7 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 	}
 	if m := s.PrefetchModes; len(m) > 0 {
 		fmt.Fprintf(&b, "4 readers, cold        prefetch off %s (%s)  dir order %s (%s)  announced %s (%s)\n",
-			sec2(m["off"]), rate(m["off"]), sec2(m["dir_order"]), rate(m["dir_order"]), sec2(m["announced"]), rate(m["announced"]))
+			val(m, "off", sec2), rate(m, "off"), val(m, "dir_order", sec2), rate(m, "dir_order"), val(m, "announced", sec2), rate(m, "announced"))
 	}
 	if g := s.Loader; g != nil {
 		fmt.Fprintf(&b, "training loader        %d workers x batches of %d, %s (%s s of compute an epoch), one run: epoch time, AU after the first step, first batch\n",
@@ -526,9 +539,9 @@ var compareTmpl = template.Must(template.New("compare").Parse(`<!DOCTYPE html>
 <h1>dataccel beside s3fs and rclone</h1>
 <p class="note">{{.S.Dataset.Prefix}}: {{.S.Dataset.Files}} files, {{.MB}} MB, order {{.S.Dataset.Order}},
 {{.S.Dataset.RTTMs}} ms round trip, {{.S.Dataset.Readers}} readers, batch {{.S.Dataset.Batch}};
-each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Command: <code>{{.S.Command}}</code>.{{end}} A fresh-memory touch of 1 GiB took
-{{index .S.FreshMemory "start"}} s at the start, {{index .S.FreshMemory "before_b"}} s before phase B and
-{{index .S.FreshMemory "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.{{if .S.PageReporting}}
+each time is the median of {{.S.Dataset.Repeats}} run(s).{{if .S.Command}} Command: <code>{{.S.Command}}</code>.{{end}}{{with .S.FreshMemory}} A fresh-memory touch of 1 GiB took
+{{index . "start"}} s at the start, {{index . "before_b"}} s before phase B and
+{{index . "end"}} s at the end: mounts pay it for their page cache and RAM cache, direct GETs do not.{{end}}{{if .S.PageReporting}}
 The VM hands freed memory back to its host within a second (free page reporting): a cold epoch pays a host fault for
 each page it fills, a mount for its page cache and RAM cache.{{end}}{{if .S.DAMONPageout}}
 DAMON on this host pages out page cache it finds idle: the warm re-reads refill its holes, a mount through a request

@@ -61,8 +61,12 @@ case $ORDER in shuffle|dir) ;; *) echo "ORDER=$ORDER: want shuffle or dir" >&2; 
 case $WALK in 0|1) ;; *) echo "WALK=$WALK: want 1 or 0" >&2; exit 2 ;; esac
 case $CONTENT in jpeg|text) ;; *) echo "CONTENT=$CONTENT: want jpeg or text" >&2; exit 2 ;; esac
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: want a count >= 1" >&2; exit 2; }
-for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES SUBDIRS READERS BATCH RTT_MS; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: want a whole number" >&2; exit 2; }
+# No leading zeros (bash would read 08 as octal); 0 only where it means something.
+for v in FILES MEAN_SIZE MIN_SIZE MAX_SIZE CLASSES READERS BATCH; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v=${!v}: want a whole number > 0" >&2; exit 2; }
+done
+for v in SUBDIRS RTT_MS; do
+  [[ ${!v} =~ ^(0|[1-9][0-9]*)$ ]] || { echo "$v=${!v}: want a whole number" >&2; exit 2; }
 done
 ((MIN_SIZE <= MEAN_SIZE && MEAN_SIZE <= MAX_SIZE)) ||
   { echo "MEAN_SIZE=$MEAN_SIZE lies outside MIN_SIZE..MAX_SIZE ($MIN_SIZE..$MAX_SIZE): set them around it" >&2; exit 2; }
@@ -80,7 +84,8 @@ mkdir -p "$OUT"
 # A run killed before its cleanup (SIGKILL, a CI timeout) leaves its mounts behind: unmount them
 # first, or the removal below would go through a peer's read-write mount into the bucket.
 for m in "$OUT"/mnt-*; do
-  if awk '{print $5}' /proc/self/mountinfo | grep -Fxq "$(realpath -m "$m")"; then
+  # mountinfo, not mountpoint(1): a dead FUSE mount fails its stat.
+  if awk -v m="$(realpath -m "$m")" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; then
     echo "unmounting $m, left by an earlier run" >&2
     fusermount3 -u "$m" 2>/dev/null || umount -l "$m"
   fi
@@ -124,6 +129,7 @@ DC_PID= DC_CACHE=
 start_dataccel() { # MNT CACHE_DIR LOG [extra flags]: mount on a cache dir as it is
   local mnt=$1 cache=$2 log=$3; shift 3
   mkdir -p "$mnt"; DC_CACHE=$cache
+  rm -f "$log" # else the wait below may read the last mount's msg=mounted
   "$BIN" mount --endpoint "$S3_ENDPOINT" --cache-dir "$cache" --ram-cache-size 1GiB ${DC_FLAGS[@]+"${DC_FLAGS[@]}"} "$@" "s3://$S3_BUCKET" "$mnt" 2>"$log" &
   DC_PID=$!; MOUNT_PIDS+=("$DC_PID")
   wait_for "dataccel on $mnt" 60 grep -q msg=mounted "$log"
@@ -263,6 +269,7 @@ done
 
 say "E. prefetch modes, 4 readers, cold each: --prefetch off, directory order, announced shuffled order"
 E_FLAGS=(--endpoint "$S3_ENDPOINT" --workers 4 --batch "$BATCH" --compute-per-sample 0 --seed 7 --no-probe --rtt "${RTT_MS}ms" -q --epochs 1)
+[[ $WALK == 1 ]] || E_FLAGS+=(--files-from "$OUT/files.tsv")
 for mode in off dir announced; do
   server_warm
   case $mode in

@@ -202,6 +202,28 @@ func TestCompareHostMemory(t *testing.T) {
 	}
 }
 
+// A summary that lacks a time, or holds a zero one, prints "-" for it, not
+// 0 s or a rate of +Inf, and the page says nothing of a fresh-memory touch
+// it was not given.
+func TestCompareMissingTimes(t *testing.T) {
+	s := readCompareFixture(t)
+	delete(s.AnnouncedColdS, "direct")
+	s.FreshMemory = nil
+	s.PrefetchModes = map[string]float64{"off": 0, "dir_order": 1.5}
+	text, page := renderCompare(t, s)
+	for _, want := range []string{"direct GETs beside it -", "prefetch off 0 (-)  dir order 1.5 (3333)  announced - (-)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "Inf") || strings.Contains(page, "Inf") {
+		t.Errorf("a rate of Inf printed:\n%s", text)
+	}
+	if strings.Contains(page, "fresh-memory touch") {
+		t.Error("the page reports a fresh-memory touch the summary does not hold")
+	}
+}
+
 func TestCompareHTML(t *testing.T) {
 	s := readCompareFixture(t)
 	var b bytes.Buffer
@@ -261,6 +283,10 @@ func TestCompareScriptRejectsBadMix(t *testing.T) {
 		{"mean under the smallest size", "compare.sh", []string{"MEAN_SIZE=5000"}, "MEAN_SIZE=5000 lies outside MIN_SIZE..MAX_SIZE (10000..1000000)"},
 		{"mean over the largest size", "compare.sh", []string{"MEAN_SIZE=300000", "MAX_SIZE=200000"}, "MEAN_SIZE=300000 lies outside"},
 		{"not a number", "compare.sh", []string{"READERS=sixteen"}, "READERS=sixteen: want a whole number"},
+		{"no readers", "compare.sh", []string{"READERS=0"}, "READERS=0: want a whole number > 0"},
+		{"no files", "compare.sh", []string{"FILES=0"}, "FILES=0: want a whole number > 0"},
+		{"a leading zero", "compare.sh", []string{"BATCH=08"}, "BATCH=08: want a whole number > 0"},
+		{"round trip with a leading zero", "compare.sh", []string{"RTT_MS=010"}, "RTT_MS=010: want a whole number"},
 		{"unknown order", "compare.sh", []string{"ORDER=random"}, "ORDER=random: want shuffle or dir"},
 		{"walk neither on nor off", "compare.sh", []string{"WALK=yes"}, "WALK=yes: want 1 or 0"},
 		{"subdirectories not a number", "compare.sh", []string{"SUBDIRS=two"}, "SUBDIRS=two: want a whole number"},

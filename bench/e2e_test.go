@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+
+	"github.com/dataccel/dataccel/store"
 )
 
 // goldenKeys is the JSON schema of a result (every key path, arrays as
-// []). A change here breaks every consumer of --json: bump SchemaVersion.
+// []). A change here breaks every consumer of --json: bump SchemaVersion
+// (a key added that a consumer may ignore does not).
 var goldenKeys = strings.Fields(`
 config config.accelerators config.announce config.batch config.compute_per_sample_s config.concurrency
 config.drop_caches config.epochs config.max_steps config.order config.prefetch config.profile config.seed
@@ -25,7 +28,9 @@ config.target_au config.workers
 paths paths[] paths[].bytes paths[].bounds paths[].bounds.bandwidth_s paths[].bounds.binding
 paths[].bounds.bound_s paths[].bounds.latency_s paths[].bounds.measured_s paths[].bounds.ratio
 paths[].bounds.request_rate_s paths[].epochs paths[].epochs[] paths[].epochs[].au paths[].epochs[].bytes
-paths[].epochs[].compute_s paths[].epochs[].epoch paths[].epochs[].io_time_s paths[].epochs[].latency_s
+paths[].epochs[].compute_s paths[].epochs[].epoch paths[].epochs[].fetched paths[].epochs[].fetched.bytes
+paths[].epochs[].fetched.bytes_per_read paths[].epochs[].fetched.cache_hit_ratio paths[].epochs[].fetched.gets
+paths[].epochs[].io_time_s paths[].epochs[].latency_s
 paths[].epochs[].latency_s.max paths[].epochs[].latency_s.mean paths[].epochs[].latency_s.p50
 paths[].epochs[].latency_s.p90 paths[].epochs[].latency_s.p99 paths[].epochs[].latency_s.p99_9
 paths[].epochs[].mb_per_s paths[].epochs[].samples paths[].epochs[].samples_per_s paths[].epochs[].steps
@@ -93,7 +98,8 @@ func TestGenRunLocalAndS3(t *testing.T) {
 		t.Errorf("gen progress lacks the final line:\n%s", progress.String())
 	}
 
-	s3src := StoreSource{Store: st, Prefix: "imagenet/train/", Label: "s3://" + st.Bucket() + "/imagenet/train/"}
+	counting := store.NewCounting(st)
+	s3src := StoreSource{Store: counting, Prefix: "imagenet/train/", Label: "s3://" + st.Bucket() + "/imagenet/train/", Counts: counting.C}
 	res, err := Run(ctx, RunConfig{Workers: 2, Concurrency: 8, Batch: 16, Epochs: 2, ComputePerSample: 200 * time.Microsecond,
 		Seed: 5, Probe: true, FindMaxAccelerators: true, Profile: "test"}, DirSource{Root: dir}, s3src)
 	if err != nil {
@@ -109,6 +115,14 @@ func TestGenRunLocalAndS3(t *testing.T) {
 		for _, e := range p.Epochs {
 			if e.Samples != 200 || e.Bytes != total || e.Steps != 13 || e.AU <= 0 || e.AU > 1 {
 				t.Errorf("%s epoch %d: samples %d bytes %d steps %d AU %v", p.Path, e.Epoch, e.Samples, e.Bytes, e.Steps, e.AU)
+			}
+			// Direct GETs fetch each file once an epoch; a local directory
+			// tells nothing.
+			switch f := e.Fetched; {
+			case p.Kind == "dir" && f != nil:
+				t.Errorf("%s epoch %d: fetched %+v from a local directory", p.Path, e.Epoch, f)
+			case p.Kind == "s3" && (f == nil || f.Gets != 200 || f.Bytes != total || f.BytesPerRead != 1 || f.HitRatio != 0):
+				t.Errorf("%s epoch %d: fetched %+v; want 200 GETs, %d bytes, 1 per byte read, no hits", p.Path, e.Epoch, f, total)
 			}
 		}
 		if m := p.MaxAccelerators; m == nil || len(m.Trials) == 0 || m.AfterEpochs != 2 || m.PageCacheDropped {

@@ -86,7 +86,7 @@ fio_runs() {
 # dataccel NAME FLAGS...: a fresh mount, fio, then its GET bytes and reads from the disk cache.
 dataccel() {
   local name=$1; shift
-  rm -rf "$OUT/cache"; mkdir -p "$OUT/mnt"; drop_caches
+  rm -rf "$OUT/cache" "$OUT/mount.log"; mkdir -p "$OUT/mnt"; drop_caches
   "$BIN" mount --endpoint "$S3_ENDPOINT" --http 127.0.0.1:9111 "$@" "s3://$S3_BUCKET" "$OUT/mnt" 2>"$OUT/mount.log" &
   DC_PID=$!
   wait_for "dataccel on $OUT/mnt" 60 grep -q msg=mounted "$OUT/mount.log"

@@ -83,11 +83,14 @@ type EpochResult struct {
 	// ComputeS is the nominal compute time of all steps.
 	ComputeS float64 `json:"compute_s"`
 	AU       float64 `json:"au"`
-	// IOTimeS is the loader workers' busy time per worker.
+	// IOTimeS is the busiest loader worker's read time.
 	IOTimeS float64 `json:"io_time_s"`
 	// AnnounceS is the time the epoch's order took to write and apply
 	// (--announce), before the epoch's clock starts.
 	AnnounceS float64 `json:"announce_s,omitempty"`
+	// Fetched is what the store sent during the epoch, where the path
+	// tells: a dataccel mount or direct GETs.
+	Fetched *Fetched `json:"fetched,omitempty"`
 
 	// StepTimes is each step's timeline (not in the JSON: it grows with the dataset).
 	StepTimes []Step          `json:"-"`

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -173,6 +174,9 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		ctl     *announcer
 		// fileLevel: workers is the total GET concurrency (s3 sources).
 		fileLevel bool
+		// fetched counts what the store sent this path; nil where
+		// nothing tells (a peer's mount, a local directory).
+		fetched fetchCounter
 	}
 	states := make([]*pathState, len(sources))
 	var announceErr error
@@ -194,6 +198,16 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		if src.Kind() == "s3" {
 			// Direct GETs: the network ceiling at a fixed GET concurrency.
 			st.fileLevel, st.workers, st.readers = true, cfg.Concurrency, cfg.Concurrency
+		}
+		switch s := src.(type) {
+		case StoreSource:
+			if s.Counts != nil {
+				st.fetched = storeCounter(s.Counts)
+			}
+		case DirSource:
+			if f, _ := MountFile(s.Root, "stats"); f != "" {
+				st.fetched = mountCounter(f)
+			}
 		}
 		if cfg.Announce {
 			if src.Kind() != "dir" {
@@ -247,6 +261,16 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			// epoch leaves hundreds of MB) now, not during the next measurement.
 			runtime.GC()
 			order := epochOrder(st.files, cfg.Order, cfg.Seed, e)
+			began := time.Now()
+			var gets0, bytes0 int64
+			if st.fetched != nil {
+				// Before the announcement, which starts fetching.
+				var err error
+				if gets0, bytes0, err = st.fetched(); err != nil {
+					cfg.Logger.Warn("cannot count what the store sends; epochs go on without", "path", st.src.String(), "err", err)
+					st.fetched = nil
+				}
+			}
 			var announceS float64
 			if st.ctl != nil {
 				t0 := time.Now()
@@ -264,6 +288,18 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 			}
 			ep.Epoch = e
 			ep.AnnounceS = announceS
+			if wait := statsFresh - time.Since(began); wait > 0 {
+				time.Sleep(wait)
+			}
+			if st.fetched != nil {
+				gets, bytes, err := st.fetched()
+				if err != nil {
+					cfg.Logger.Warn("cannot count what the store sends; epochs go on without", "path", st.src.String(), "err", err)
+					st.fetched = nil
+				} else {
+					ep.Fetched = newFetched(gets-gets0, bytes-bytes0, ep.Bytes)
+				}
+			}
 			res.Paths[i].Epochs = append(res.Paths[i].Epochs, ep)
 		}
 	}
@@ -290,11 +326,14 @@ func fileBytes(files []File) int64 {
 	return n
 }
 
+// shortName keeps a name's last 31 characters (runes: a cut byte would make
+// the table and the report invalid UTF-8).
 func shortName(s string) string {
-	if len(s) <= 32 {
+	r := []rune(s)
+	if len(r) <= 32 {
 		return s
 	}
-	return "…" + s[len(s)-31:]
+	return "…" + string(r[len(r)-31:])
 }
 
 // epochOrder returns the read order of an epoch: directory order, or a
@@ -536,12 +575,14 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 	}
 
 	ep := EpochResult{Samples: samples, Steps: steps, StepTimes: stepsOut}
-	var busy time.Duration
+	var busiest time.Duration
 	for id := range lat {
 		ep.latencies = append(ep.latencies, lat[id]...)
+		var busy time.Duration
 		for _, d := range lat[id] {
 			busy += d
 		}
+		busiest = max(busiest, busy)
 		ep.Bytes += bytes[id]
 	}
 	slices.Sort(ep.latencies)
@@ -555,9 +596,10 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 	for _, s := range stepsOut {
 		ep.ComputeS += s.Compute.Seconds()
 	}
-	// The readers' busy time per reader: what the epoch's reads would take
-	// if no reader ever waited for a free prefetch slot.
-	ep.IOTimeS = busy.Seconds() / float64(nw)
+	// The busiest reader's read time: what the epoch's reads would take if
+	// no reader ever waited for a free prefetch slot. Not the mean over every
+	// reader: with fewer batches than readers most of them read nothing.
+	ep.IOTimeS = busiest.Seconds()
 	return ep, nil
 }
 
@@ -625,7 +667,11 @@ func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, worke
 			return nil, err
 		}
 		if !ok {
-			m.Limit = fmt.Sprintf("dataset too small for %d accelerators x batch %d (a trial needs 3 steps)", a, cfg.Batch)
+			if cfg.MaxSteps > 0 && cfg.MaxSteps < 3 {
+				m.Limit = fmt.Sprintf("--max-steps %d is too few (a trial needs 3 steps)", cfg.MaxSteps)
+			} else {
+				m.Limit = fmt.Sprintf("dataset too small for %d accelerators x batch %d (a trial needs 3 steps)", a, cfg.Batch)
+			}
 			break
 		}
 		if au < cfg.TargetAU {
@@ -670,7 +716,10 @@ type announcer struct {
 
 // ControlFile is the path, relative to a dataccel mount's root, of the file
 // that takes an announced read order (one path per line).
-const ControlFile = ".dataccel/prefetch"
+const ControlFile = controlDir + "/prefetch"
+
+// controlDir is a dataccel mount's control directory, relative to its root.
+const controlDir = ".dataccel"
 
 // findAnnouncer looks for the control file in dir and its parents: the
 // bench path may be a subdirectory of the mount.
@@ -679,15 +728,11 @@ func findAnnouncer(dir string) (*announcer, error) {
 	if err != nil {
 		return nil, err
 	}
-	for d := abs; ; d = filepath.Dir(d) {
-		ctl := filepath.Join(d, filepath.FromSlash(ControlFile))
-		if fi, err := os.Stat(ctl); err == nil && !fi.IsDir() {
-			return &announcer{mountRoot: d, ctl: ctl, dir: abs}, nil
-		}
-		if filepath.Dir(d) == d {
-			return nil, fmt.Errorf("%s is not inside a dataccel mount (no %s in it or its parents)", dir, ControlFile)
-		}
+	ctl, root := MountFile(abs, path.Base(ControlFile))
+	if ctl == "" {
+		return nil, fmt.Errorf("%s is not inside a dataccel mount (no %s in it or its parents)", dir, ControlFile)
 	}
+	return &announcer{mountRoot: root, ctl: ctl, dir: abs}, nil
 }
 
 // announce writes the order in one write and applies it with an fsync, so

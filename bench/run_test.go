@@ -164,6 +164,60 @@ func TestRunAU(t *testing.T) {
 	}
 }
 
+// TestRunIOTime checks that io time is the busiest reader's read time,
+// also when most readers have no batch to load.
+func TestRunIOTime(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 60)
+	const delay = 2 * time.Millisecond
+	for _, c := range []struct {
+		name           string
+		workers, batch int
+		busiest        int // files read by the busiest reader
+	}{
+		{"fewer batches than readers", 16, 30, 30}, // 2 batches: 14 readers idle
+		{"uneven batches", 4, 10, 20},              // 6 batches: 2 readers load 2
+		{"every reader busy", 3, 10, 20},           // 6 batches: 2 each
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Run(context.Background(), RunConfig{Workers: c.workers, Batch: c.batch, Epochs: 1, Seed: 3},
+				slowSource{DirSource{Root: dir}, delay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := res.Paths[0].Epochs[0]
+			if low := (time.Duration(c.busiest) * delay).Seconds(); e.IOTimeS < low || e.IOTimeS > e.WallS {
+				t.Errorf("io time %.4f s; want at least %d reads x %v = %.4f s and at most the epoch's %.4f s",
+					e.IOTimeS, c.busiest, delay, low, e.WallS)
+			}
+		})
+	}
+}
+
+// TestFindMaxTooFewSteps: a --max-steps below a trial's three steps is
+// named as the cause, and the table says no count was measured instead of
+// "at least 0".
+func TestFindMaxTooFewSteps(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 50)
+	res, err := Run(context.Background(), RunConfig{Workers: 2, Batch: 5, Epochs: 1, MaxSteps: 2, TargetAU: 0.9,
+		FindMaxAccelerators: true}, DirSource{Root: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Paths[0].MaxAccelerators
+	if m == nil || len(m.Trials) != 0 || !strings.Contains(m.Limit, "--max-steps 2") {
+		t.Fatalf("find-max %+v; want no trial and a limit naming --max-steps 2", m)
+	}
+	var b strings.Builder
+	if err := res.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, ": none measured (") || strings.Contains(out, "at least 0") {
+		t.Errorf("table:\n%s\nwant \"none measured\"", out)
+	}
+}
+
 func TestRunMaxStepsAndDirOrder(t *testing.T) {
 	dir := tmpfsDir(t)
 	genSmall(t, dir, 50)

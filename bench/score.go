@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -51,7 +52,9 @@ func LoadOffers(r io.Reader) (Offers, error) {
 	var o Offers
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
-	if err := dec.Decode(&o); err != nil {
+	if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+		return Offers{}, errors.New("offers: the file is empty")
+	} else if err != nil {
 		return Offers{}, fmt.Errorf("offers: %w", err)
 	}
 	if len(o.Offers) == 0 {
@@ -76,13 +79,15 @@ func LoadOffers(r io.Reader) (Offers, error) {
 
 // check refuses values the formulas cannot use (a negative rate or time),
 // and an io_factor outside (0, 1] when given, as score's flags do.
+// YAML's .nan and .inf fail every comparison or win every one, so each
+// check is written to refuse them.
 func (o Offer) check() error {
 	switch {
 	case o.Count < 1:
 		return fmt.Errorf("count %d: want at least 1", o.Count)
-	case o.PricePerHour <= 0:
-		return fmt.Errorf("price_per_hour %v: want more than 0", o.PricePerHour)
-	case o.IOFactor != nil && (*o.IOFactor <= 0 || *o.IOFactor > 1):
+	case !(o.PricePerHour > 0) || math.IsInf(o.PricePerHour, 1):
+		return fmt.Errorf("price_per_hour %v: want a price above 0", o.PricePerHour)
+	case o.IOFactor != nil && !(*o.IOFactor > 0 && *o.IOFactor <= 1):
 		return fmt.Errorf("io_factor %v: want a value in (0, 1]", *o.IOFactor)
 	}
 	for _, f := range []struct {
@@ -90,7 +95,7 @@ func (o Offer) check() error {
 		v    float64
 	}{{"preemptions_per_hour", o.PreemptionsPerHour}, {"checkpoint_interval_h", o.CheckpointIntervalH},
 		{"checkpoint_write_s", o.CheckpointWriteS}, {"restart_s", o.RestartS}, {"compute_per_sample_s", o.ComputePerSampleS}} {
-		if f.v < 0 {
+		if !(f.v >= 0) || math.IsInf(f.v, 1) {
 			return fmt.Errorf("%s %v: want 0 or more", f.name, f.v)
 		}
 	}
@@ -240,7 +245,8 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 		}
 		// A replacement node starts with an empty cache: each restart costs
 		// one cold pass over the data on top of the restart itself.
-		s.RestartH = (o.RestartS + (s.TCold - s.TWarm)) / 3600
+		// (A warm epoch slower than the cold one is noise, not a gain.)
+		s.RestartH = (o.RestartS + max(0, s.TCold-s.TWarm)) / 3600
 		s.Goodput = Goodput(o.CheckpointWriteS/3600, o.CheckpointIntervalH, o.PreemptionsPerHour, s.RestartH)
 		s.XEff = s.XCompute * s.FIO * s.Goodput
 		if s.XEff > 0 {

@@ -141,6 +141,23 @@ func TestScoreRestartIncludesColdPenalty(t *testing.T) {
 	}
 }
 
+// A warm epoch measured slower than the cold one (noise) adds nothing to a
+// restart, rather than taking time off it.
+func TestScoreRestartWarmSlowerThanCold(t *testing.T) {
+	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
+		{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: 100, TIOWarmS: 300}},
+	}}
+	offers := []Offer{{Name: "spot", Count: 1, PricePerHour: 5, ComputePerSampleS: 0.001, Spot: true,
+		PreemptionsPerHour: 0.05, CheckpointIntervalH: 1, CheckpointWriteS: 60, RestartS: 900}}
+	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got[0]; !near(s.RestartH, 900.0/3600, 1e-12) {
+		t.Errorf("R %v h; want the restart alone, %v h", s.RestartH, 900.0/3600)
+	}
+}
+
 func TestScoreNeedsAnIOFactor(t *testing.T) {
 	_, err := Score(ScoreInput{Offers: []Offer{{Name: "x", Count: 1, PricePerHour: 1, Profile: "resnet50-a100"}}})
 	if err == nil || !strings.Contains(err.Error(), "no I/O factor") {
@@ -188,7 +205,8 @@ func TestLoadOffersRejects(t *testing.T) {
 		{"no price", "offers:\n- {name: a, count: 1, profile: resnet50-a100}\n", "price_per_hour"},
 		{"unknown profile", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: tpu}\n", "profile"},
 		{"preemption without checkpoints", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, preemptions_per_hour: 0.1}\n", "checkpoint_interval_h"},
-		{"empty", "currency: EUR\n", "no offers"},
+		{"no offers", "currency: EUR\n", "no offers"},
+		{"empty file", "", "offers: the file is empty"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := LoadOffers(strings.NewReader(c.yaml))
@@ -267,11 +285,18 @@ func TestLoadOffersRejectsValues(t *testing.T) {
 		{"restart_s: -1", `"o": restart_s -1: want 0 or more`},
 		{"compute_per_sample_s: -0.001", `"o": compute_per_sample_s -0.001: want 0 or more`},
 		{"count: 0", `"o": count 0: want at least 1`},
+		{"io_factor: .nan", `"o": io_factor NaN: want a value in (0, 1]`},
+		{"price_per_hour: .nan", `"o": price_per_hour NaN: want a price above 0`},
+		{"price_per_hour: .inf", `"o": price_per_hour +Inf: want a price above 0`},
+		{"restart_s: .inf", `"o": restart_s +Inf: want 0 or more`},
+		{"checkpoint_write_s: .nan", `"o": checkpoint_write_s NaN: want 0 or more`},
 	} {
 		t.Run(c.field, func(t *testing.T) {
 			y := strings.Replace(base, "%s", c.field, 1)
-			if strings.HasPrefix(c.field, "count") {
-				y = strings.Replace(y, "count: 1, ", "", 1)
+			for _, f := range []string{"count: 1, ", "price_per_hour: 1, "} {
+				if strings.HasPrefix(c.field, strings.Split(f, ":")[0]) {
+					y = strings.Replace(y, f, "", 1)
+				}
 			}
 			_, err := LoadOffers(strings.NewReader(y))
 			if err == nil || !strings.Contains(err.Error(), c.want) {

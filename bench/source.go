@@ -133,6 +133,9 @@ func ReadAll(r io.Reader, buf []byte) (int64, error) {
 type StoreSource struct {
 	Store  store.Store
 	Prefix string // "" or ending in "/"
+	// Counts, if set, counts what Store fetches (every try of a GET), for
+	// each epoch's fetched GETs and bytes.
+	Counts *store.Counts
 	// Label names the source in reports (e.g. s3://bucket/prefix).
 	Label string
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -27,13 +28,17 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	name := func(s string) string { return fmt.Sprintf("%-*s", pw, shortName(s)) }
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, name("path")+"\tepoch\twall\tsamples/s\tMB/s\tp50\tp90\tp99\tp99.9\tfirst batch\tAU\tio time\t")
+	fmt.Fprintln(tw, name("path")+"\tepoch\twall\tsamples/s\tMB/s\tp50\tp90\tp99\tp99.9\tfirst batch\tAU\tio time\tGETs\tfetched/read\t")
 	for _, pr := range r.Paths {
 		for _, e := range pr.Epochs {
 			l := e.Latency
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name(pr.Path), e.Epoch, fmtSec(e.WallS),
+			gets, fetched := "-", "-" // a path that does not tell
+			if f := e.Fetched; f != nil {
+				gets, fetched = strconv.FormatInt(f.Gets, 10), fmt.Sprintf("%.2f", f.BytesPerRead)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name(pr.Path), e.Epoch, fmtSec(e.WallS),
 				e.SamplesPerS, e.MBPerS, fmtSec(l.P50), fmtSec(l.P90), fmtSec(l.P99), fmtSec(l.P999),
-				fmtSec(e.TimeToFirstBatchS), fmtAU(e.AU, e.Steps), fmtSec(e.IOTimeS))
+				fmtSec(e.TimeToFirstBatchS), fmtAU(e.AU, e.Steps), fmtSec(e.IOTimeS), gets, fetched)
 		}
 	}
 	tw.Flush()
@@ -88,8 +93,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if m.PageCacheDropped {
 			state = "page cache dropped before each"
 		}
-		fmt.Fprintf(ew, "\nmax accelerators with AU >= %.0f%% on %s: %s%d (trials accelerators:AU %s; run after %d epochs, %s)",
-			m.TargetAU*100, pr.Path, atLeast, m.Max, strings.Join(trials, " "), m.AfterEpochs, state)
+		found := atLeast + strconv.Itoa(m.Max)
+		if len(m.Trials) == 0 {
+			found = "none measured"
+		}
+		fmt.Fprintf(ew, "\nmax accelerators with AU >= %.0f%% on %s: %s (trials accelerators:AU %s; run after %d epochs, %s)",
+			m.TargetAU*100, pr.Path, found, strings.Join(trials, " "), m.AfterEpochs, state)
 		if m.Limit != "" {
 			fmt.Fprintf(ew, "; %s", m.Limit)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -87,8 +88,9 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int,
 // benchSource reads st with the mount's retries and timeouts: a store that
 // stalls or stops answering mid-run fails it within --io-timeout.
 func benchSource(st *s3.Store, prefix, label string, f benchS3) bench.StoreSource {
-	retrying := store.NewRetrying(st, f.wait.retry(nil))
-	return bench.StoreSource{Store: retrying, Prefix: prefix, Label: label}
+	counting := store.NewCounting(st) // below the retries: every try is a GET
+	retrying := store.NewRetrying(counting, f.wait.retry(nil))
+	return bench.StoreSource{Store: retrying, Prefix: prefix, Label: label, Counts: counting.C}
 }
 
 // benchProgress draws bars on stderr: redrawn on a terminal, plain lines otherwise.
@@ -242,7 +244,9 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 				return usageError{fmt.Errorf("--max-steps %d: want 0 (the whole dataset) or more", cfg.MaxSteps)}
 			case cfg.ComputePerSample < 0 || cfg.RTT < 0 || cfg.RequestRate < 0:
 				return usageError{errors.New("--compute-per-sample, --rtt and --request-rate cannot be negative")}
-			case cfg.TargetAU <= 0 || cfg.TargetAU > 1:
+			case math.IsNaN(cfg.RequestRate) || math.IsInf(cfg.RequestRate, 0):
+				return usageError{fmt.Errorf("--request-rate %v: want requests per second (0: no bound)", cfg.RequestRate)}
+			case !(cfg.TargetAU > 0 && cfg.TargetAU <= 1): // NaN too
 				return usageError{fmt.Errorf("--target-au %v: want a share in (0, 1]", cfg.TargetAU)}
 			}
 			if bandwidth != "" {
@@ -451,7 +455,7 @@ See bench/README.md and bench/offers.example.yaml.`,
 			switch {
 			case (benchFile == "") == !ioFactor:
 				return usageError{errors.New("give one of --bench result.json and --io-factor")}
-			case ioFactor && (in.IOFactor <= 0 || in.IOFactor > 1):
+			case ioFactor && !(in.IOFactor > 0 && in.IOFactor <= 1): // NaN too
 				return usageError{fmt.Errorf("--io-factor %v: want a value in (0, 1]", in.IOFactor)}
 			case in.Epochs < 1:
 				return usageError{fmt.Errorf("--epochs %d: want at least 1", in.Epochs)}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dataccel/dataccel/bench"
 	"github.com/dataccel/dataccel/internal/testenv"
 )
 
@@ -204,6 +206,61 @@ func TestScoreOffersValidated(t *testing.T) {
 			out, code, _ := runBench(t, 30*time.Second, "score", "--offers", f, "--io-factor", "0.9")
 			if code == 0 || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want an error saying %q; output:\n%s", code, tc.want, out)
+			}
+		})
+	}
+}
+
+// TestBenchCountsFetches: through a real mount the bench reports what the
+// store sent in each epoch, from the mount's own counters: the cold epoch
+// fetches every file, the warm one nothing. Direct GETs count their own.
+func TestBenchCountsFetches(t *testing.T) {
+	st := srv.NewBucket(t)
+	const n = 40
+	total := 0
+	for _, b := range dataset(t, st, "ds/", n, 20<<10) {
+		total += len(b)
+	}
+	m := startMount(t, t.TempDir(), "--endpoint", srv.Endpoint, "--ram-cache-size", "64MiB", "s3://"+st.Bucket())
+	for _, tc := range []struct {
+		name, path string
+		// fetched per byte read in the second epoch: none through the
+		// mount (its caches), all again for direct GETs
+		warmGets int64
+		warm     float64
+	}{
+		{"mount", filepath.Join(m.dir, "ds"), 0, 0},
+		{"direct GETs", "s3://" + st.Bucket() + "/ds", n, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js := filepath.Join(t.TempDir(), "r.json")
+			out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "--endpoint", srv.Endpoint, "--no-probe",
+				"--batch", "4", "--epochs", "2", "--compute-per-sample", "0", "--json", js, tc.path)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			b, err := os.ReadFile(js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res bench.Result
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatal(err)
+			}
+			eps := res.Paths[0].Epochs
+			if len(eps) != 2 || eps[0].Fetched == nil || eps[1].Fetched == nil {
+				t.Fatalf("epochs %+v: want two, each with what was fetched", eps)
+			}
+			// The cold epoch: every file once (a mount may also fetch
+			// ahead, never less than what was read).
+			if c := eps[0].Fetched; c.Gets < n || c.Bytes < int64(total) || c.BytesPerRead < 1 || c.HitRatio != 0 {
+				t.Errorf("cold epoch fetched %+v; want at least %d GETs and %d bytes", c, n, total)
+			}
+			if w := eps[1].Fetched; w.Gets != tc.warmGets || w.BytesPerRead != tc.warm || w.HitRatio != 1-tc.warm {
+				t.Errorf("warm epoch fetched %+v; want %d GETs, %v per byte read", w, tc.warmGets, tc.warm)
+			}
+			if !strings.Contains(out, "fetched/read") {
+				t.Errorf("the table has no fetched/read column:\n%s", out)
 			}
 		})
 	}

@@ -405,6 +405,7 @@ func TestScoreUsageErrors(t *testing.T) {
 		{[]string{"--io-factor", "0.5", "--bench", "r.json"}, "give one of --bench result.json and --io-factor"},
 		{[]string{}, "give one of --bench result.json and --io-factor"},
 		{[]string{"--io-factor", "-1"}, "--io-factor -1: want a value in (0, 1]"},
+		{[]string{"--io-factor", "NaN"}, "--io-factor NaN: want a value in (0, 1]"},
 		{[]string{"--io-factor", "0.5", "--epochs", "0"}, "--epochs 0: want at least 1"},
 		{[]string{"--io-factor", "0.5", "--epochs", "3", "--cold-epochs", "4"}, "--cold-epochs 4: want 0..--epochs"},
 		{[]string{"--io-factor", "0.5", "--cold-epochs", "-1"}, "--cold-epochs -1"},
@@ -437,6 +438,9 @@ func TestBenchRunUsageErrors(t *testing.T) {
 		{[]string{"--max-steps", "-1"}, "--max-steps -1"},
 		{[]string{"--compute-per-sample", "-1ms"}, "cannot be negative"},
 		{[]string{"--target-au", "0"}, "--target-au 0: want a share in (0, 1]"},
+		{[]string{"--target-au", "NaN"}, "--target-au NaN: want a share in (0, 1]"},
+		{[]string{"--request-rate", "NaN"}, "--request-rate NaN: want requests per second"},
+		{[]string{"--request-rate", "+Inf"}, "--request-rate +Inf: want requests per second"},
 	} {
 		out, err := exec.Command(bin, append(append([]string{"bench", "run", "-q"}, tc.args...), dir)...).CombinedOutput()
 		var ee *exec.ExitError

@@ -18,7 +18,6 @@ import (
 
 	"github.com/dataccel/dataccel/bench"
 	"github.com/dataccel/dataccel/cache"
-	"github.com/dataccel/dataccel/fuse"
 )
 
 // warmMountPasses bounds the passes of a warm through a mount: the first
@@ -251,21 +250,8 @@ func (w mountWarmer) counters() map[string]int64 {
 // findMountStats returns the .dataccel/stats file of the dataccel mount
 // that dir lies in, or "" if none is found above it.
 func findMountStats(dir string) string {
-	d, err := filepath.Abs(dir)
-	if err != nil {
-		return ""
-	}
-	for {
-		p := filepath.Join(d, fuse.ControlDir, "stats")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
-		}
-		up := filepath.Dir(d)
-		if up == d {
-			return ""
-		}
-		d = up
-	}
+	f, _ := bench.MountFile(dir, "stats")
+	return f
 }
 
 // readWhole reads the file at p to its end, len(buf) bytes at a time;

@@ -68,6 +68,11 @@ type FaultProxy struct {
 	refused  atomic.Int64
 	ln       net.Listener
 	srv      *http.Server
+	// closed ends every stall at Close: a stalled request whose body was
+	// never read (a PUT) does not see its client go, and would outlive the
+	// test.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // StartFaultProxy listens on a free loopback port and forwards to target (host:port).
@@ -81,6 +86,7 @@ func StartFaultProxy(target string) (*FaultProxy, error) {
 		target: target,
 		ln:     ln,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}},
+		closed: make(chan struct{}),
 	}
 	p.Endpoint = "http://" + p.Addr
 	p.srv = &http.Server{Handler: p}
@@ -117,7 +123,23 @@ func (p *FaultProxy) Injected(f Fault) int64 { return p.injected[f].Load() }
 func (p *FaultProxy) Refused() int64 { return p.refused.Load() }
 
 // Close stops the proxy.
-func (p *FaultProxy) Close() error { return p.srv.Close() }
+func (p *FaultProxy) Close() error {
+	p.closeOnce.Do(func() { close(p.closed) })
+	return p.srv.Close()
+}
+
+// stall waits d, and says false if the request or the proxy ended first.
+func (p *FaultProxy) stall(r *http.Request, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+	case <-p.closed:
+	}
+	return false
+}
 
 func (p *FaultProxy) pick(r *http.Request) (*Rule, bool) {
 	p.mu.Lock()
@@ -159,9 +181,8 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s3Error(w, http.StatusInternalServerError, "InternalError", "We encountered an internal error.")
 			return
 		case StallFirstByte:
-			select {
-			case <-time.After(rule.Stall):
-			case <-r.Context().Done():
+			if !p.stall(r, rule.Stall) {
+				hijackClose(w) // at once: net/http would linger on an unread body
 				return
 			}
 		}
@@ -236,7 +257,9 @@ func (p *FaultProxy) breakBody(w http.ResponseWriter, r *http.Request, resp *htt
 	if rule.Fault == DripMidBody {
 		one := make([]byte, 1)
 		for {
-			time.Sleep(rule.Stall)
+			if !p.stall(r, rule.Stall) {
+				return
+			}
 			if _, err := io.ReadFull(resp.Body, one); err != nil {
 				return
 			}
@@ -245,7 +268,9 @@ func (p *FaultProxy) breakBody(w http.ResponseWriter, r *http.Request, resp *htt
 			}
 		}
 	}
-	time.Sleep(rule.Stall)
+	if !p.stall(r, rule.Stall) {
+		return
+	}
 	io.Copy(buf, resp.Body)
 	buf.Flush()
 }
