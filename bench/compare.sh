@@ -322,6 +322,10 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
   def walks($phase; $who): [$phase[0][] | .paths[] | select((.path | role) == $who) | .list_s];
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def medians: with_entries(.value |= with_entries(.value |= median));
+  # bytes the store sent over bytes read, epoch $i of one path of a phase (median over the runs; null
+  # where the bench could not count them)
+  def fetched($phase; $who; $i): [$phase[0][] | .paths[] | select((.path | role) == $who) | .epochs[$i].fetched.bytes_per_read // empty]
+    | if length > 0 then median else null end;
   ($eoff[0].paths[0]) as $Eoff | ($edir[0].paths[0]) as $Edir | ($eann[0].paths[0]) as $Eann |
   # phase G: the cold and warm epochs of a path
   def loader($p): {cold: 0, warm: 1} | map_values(. as $i | $p.epochs[$i] |
@@ -343,6 +347,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
     runs_s: $runs,
     list_10k_s: $m.list_10k, walk_s: $m.walk,
     prefetch_modes_4_readers_s: {off: ($Eoff|ep(0)), dir_order: ($Edir|ep(0)), announced: ($Eann|ep(0))},
+    dataccel_fetched_per_read: {cold: fetched($a; "dataccel"; 0), warm: fetched($a; "dataccel"; 1),
+      announced_cold: fetched($b; "dataccel"; 0), after_warm: fetched($f; "dataccel"; 0)},
     dataccel_peak_rss_mib: (($rss_kb|tonumber)/1024|floor), ram_cache_mib: 1024,
     host_fresh_memory_s_per_gib: {start: $fresh_mem[0], before_b: $fresh_mem[1], end: $fresh_mem[2]},
     host_damon_pageout: $damon_pageout, host_page_reporting: $page_reporting,
@@ -363,6 +369,10 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
       {name: "listing 10k: x s3fs", value: (.list_10k_s.s3fs / .list_10k_s.dataccel), min: 10} ]
     + if (.walk_s | length) > 0 then [
       {name: "walking the dataset: x the faster peer", value: (([.walk_s.s3fs, .walk_s.rclone]|min) / .walk_s.dataccel)} ] else [] end
+    + (.dataccel_fetched_per_read | [
+      {name: "cold, no announcement: dataccel bytes fetched / read", value: .cold},
+      {name: "cold, announced: dataccel bytes fetched / read", value: .announced_cold},
+      {name: "after warm: dataccel bytes fetched / read in the epoch", value: .after_warm} ] | map(select(.value != null)))
     + [
       {name: "training loader, cold epoch, no announcement: x rclone", value: (.loader.epochs.rclone.cold.wall_s / .loader.epochs.dataccel.cold.wall_s)},
       {name: "peak RSS - RAM cache, MiB", value: (.dataccel_peak_rss_mib - .ram_cache_mib), max: 300},
