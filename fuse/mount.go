@@ -155,6 +155,14 @@ func IsMountpoint(dir string) (bool, error) {
 	return info.fstype != "", err
 }
 
+// IsFUSEMountpoint reports whether the mount visible at dir is a FUSE file
+// system: in a pod, dir is a mount point before dataccel mounts on it (the
+// kubelet's bind mount of the shared volume).
+func IsFUSEMountpoint(dir string) (bool, error) {
+	info, err := mountAt(dir)
+	return info.fstype == "fuse" || strings.HasPrefix(info.fstype, "fuse."), err
+}
+
 // mountInfo is what /proc/self/mountinfo says of one mount point.
 type mountInfo struct {
 	fstype string // "" when dir is no mount point

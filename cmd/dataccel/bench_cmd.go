@@ -71,7 +71,7 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int,
 	if err != nil {
 		return nil, "", usageError{err}
 	}
-	err = checkStore(ctx, st, cfg, creds, f.wait.connect)
+	err = checkStore(ctx, st, prefix, cfg, creds, f.wait.connect)
 	if create && errors.Is(err, store.ErrNoBucket) {
 		mctx, cancel := context.WithTimeout(ctx, f.wait.io)
 		defer cancel()

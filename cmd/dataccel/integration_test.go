@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -619,6 +620,57 @@ func TestMetricsAndReadiness(t *testing.T) {
 	httpGet(t, "http://"+addr+"/readyz", 503)
 	fp.SetDown(false)
 	httpGet(t, "http://"+addr+"/readyz", 200)
+}
+
+// TestListGrantedOnPrefixOnly: a policy may grant s3:ListBucket on the
+// dataset's prefix only; the start's check and /readyz list under the
+// prefix, so the mount starts, serves and stays ready.
+func TestListGrantedOnPrefixOnly(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 10, 4<<10)
+	fp := faultProxy(t)
+	allowed := "ds/"
+	fp.ListPrefix.Store(&allowed)
+	port, _ := testenv.FreePort()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--http", addr, "s3://"+st.Bucket()+"/ds")
+	readAllFiles(t, m.dir, files)
+	httpGet(t, "http://"+addr+"/readyz", 200)
+	// The policy is what the proxy enforces: a mount of the bucket's root
+	// is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "mount", "--endpoint", fp.Endpoint, "s3://"+st.Bucket(), t.TempDir())
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey, "AWS_SESSION_TOKEN=")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "denied") {
+		t.Errorf("a mount of the bucket's root through a prefix-only policy: %v, want access denied:\n%s", err, out)
+	}
+}
+
+// TestReadinessWantsThisMount: in a pod the mountpoint is a mount point
+// (the kubelet's bind mount of the shared volume) before dataccel mounts on
+// it; /readyz must not pass on it, before the mount or after it is gone.
+func TestReadinessWantsThisMount(t *testing.T) {
+	st := srv.NewBucket(t)
+	dir := t.TempDir()
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatalf("bind mount, as the kubelet makes: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	var mounted atomic.Bool
+	ready := readiness(dir, st, "", &mounted)
+	ctx := context.Background()
+	if err := ready(ctx); err == nil || !strings.Contains(err.Error(), "not mounted yet") {
+		t.Errorf("before mounting: %v, want not mounted yet", err)
+	}
+	mounted.Store(true) // and then the FUSE mount went away: only the bind mount is left
+	if err := ready(ctx); err == nil || !strings.Contains(err.Error(), "is not live") {
+		t.Errorf("a bind mount alone: %v, want not live", err)
+	}
+	m := startMount(t, dir, "--endpoint", srv.Endpoint, "s3://"+st.Bucket())
+	if err := readiness(m.dir, st, "", &mounted)(ctx); err != nil {
+		t.Errorf("mounted: %v", err)
+	}
 }
 
 func httpGet(t *testing.T, url string, want int) string {

@@ -403,7 +403,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		}
 	}
 	f.s3.log = logger
-	raw, err := f.s3.openStore(ctx, p.bucket, f.wait.connect)
+	raw, err := f.s3.openStore(ctx, p.bucket, p.prefix, f.wait.connect)
 	if err != nil {
 		return err
 	}
@@ -506,12 +506,13 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	// Before the mount: an address in use or malformed fails the command
 	// with nothing mounted, and /readyz says "not yet" until it serves.
+	var mounted atomic.Bool
 	if f.httpAddr != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
 			return fmt.Errorf("mountpoint %s: %w", dir, err)
 		}
-		srv := serve.New(f.httpAddr, stats.registry(), readiness(abs, raw), logger)
+		srv := serve.New(f.httpAddr, stats.registry(), readiness(abs, raw, p.prefix, &mounted), logger)
 		if err := srv.Start(); err != nil {
 			return fmt.Errorf("--http %s: %w", f.httpAddr, err)
 		}
@@ -548,6 +549,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	if f.push {
 		loader.SetPageCache(m.FS)
 	}
+	mounted.Store(true)
 	logger.Info("mounted", "source", source, "mountpoint", m.Dir,
 		"ram_cache", sizeOrOff(p.ramBytes), "disk_cache", sizeOrOff(p.cacheBytes), "prefetch", f.prefetch)
 
@@ -806,15 +808,21 @@ func yieldTo(ctx context.Context, busy *atomic.Int64, maxWait time.Duration) err
 	return ctx.Err()
 }
 
-// readiness: the mount is live and the store answered recently.
-func readiness(dir string, st *s3.Store) func(context.Context) error {
+// readiness: this process has mounted dir, a FUSE mount is what dir shows,
+// and the store answers. Any mount point is not enough: in a pod dir is one
+// (the shared volume) before dataccel mounts, and a trainer let through
+// then would read an empty directory.
+func readiness(dir string, st *s3.Store, prefix string, mounted *atomic.Bool) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if ok, err := fuse.IsMountpoint(dir); err != nil || !ok {
+		if !mounted.Load() {
+			return fmt.Errorf("mount %s: not mounted yet", dir)
+		}
+		if ok, err := fuse.IsFUSEMountpoint(dir); err != nil || !ok {
 			return fmt.Errorf("mount %s is not live", dir)
 		}
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		if err := st.Check(ctx); err != nil {
+		if err := st.Check(ctx, prefix); err != nil {
 			return fmt.Errorf("store not answering: %w", err)
 		}
 		return nil

@@ -152,7 +152,7 @@ func readCredentialsFile(path, profile string) (s3.Credentials, error) {
 
 // openStore builds the store and checks within timeout that the bucket
 // answers, turning the failure into a message a user can act on.
-func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Duration) (*s3.Store, error) {
+func (f *s3Flags) openStore(ctx context.Context, bucket, prefix string, timeout time.Duration) (*s3.Store, error) {
 	cfg, creds, err := f.config(ctx, bucket)
 	if err != nil {
 		return nil, err
@@ -161,20 +161,20 @@ func (f *s3Flags) openStore(ctx context.Context, bucket string, timeout time.Dur
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if err := checkStore(ctx, st, cfg, creds, timeout); err != nil {
+	if err := checkStore(ctx, st, prefix, cfg, creds, timeout); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
 // checkStore checks within timeout that the bucket of st (built from cfg,
-// with keys from creds) answers, turning the failure into a message a user
+// with keys from creds) answers a listing under prefix, turning the failure into a message a user
 // can act on. A missing bucket's error is store.ErrNoBucket, for callers
 // that create it.
-func checkStore(ctx context.Context, st *s3.Store, cfg s3.Config, creds string, timeout time.Duration) error {
+func checkStore(ctx context.Context, st *s3.Store, prefix string, cfg s3.Config, creds string, timeout time.Duration) error {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := st.Check(cctx)
+	err := st.Check(cctx, prefix)
 	where := cfg.Endpoint
 	if where == "" {
 		where = "AWS S3"

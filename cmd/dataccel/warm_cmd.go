@@ -167,7 +167,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return err
 	}
 	f.mount.s3.log = logger
-	raw, err := f.mount.s3.openStore(ctx, p.bucket, f.mount.wait.connect)
+	raw, err := f.mount.s3.openStore(ctx, p.bucket, p.prefix, f.mount.wait.connect)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,10 @@ type FaultProxy struct {
 	// NoETags makes the proxy a server that sends no ETag: none in answers'
 	// headers, none in listings.
 	NoETags atomic.Bool
+	// ListPrefix, when set, refuses (403 AccessDenied) every listing of a
+	// bucket whose prefix does not start with it, as an IAM policy that
+	// grants s3:ListBucket on a dataset's prefix only.
+	ListPrefix atomic.Pointer[string]
 
 	injected [numFaults]atomic.Int64
 	refused  atomic.Int64
@@ -166,6 +170,11 @@ func (p *FaultProxy) pick(r *http.Request) (*Rule, bool) {
 }
 
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if lp := p.ListPrefix.Load(); lp != nil && r.Method == http.MethodGet && !strings.Contains(strings.Trim(r.URL.Path, "/"), "/") &&
+		!r.URL.Query().Has("location") && !strings.HasPrefix(r.URL.Query().Get("prefix"), *lp) {
+		s3Error(w, http.StatusForbidden, "AccessDenied", "Access Denied")
+		return
+	}
 	rule, down := p.pick(r)
 	if down {
 		p.refused.Add(1)

@@ -206,12 +206,14 @@ func EndpointRegion(endpoint string) string {
 // Bucket is the bucket this store reads.
 func (s *Store) Bucket() string { return s.bucket }
 
-// Check contacts the server once and says whether the bucket can be read:
-// an unreachable endpoint, bad credentials or a missing bucket each give a
-// distinct error. Bound it with a context deadline.
-func (s *Store) Check(ctx context.Context) error {
+// Check contacts the server once and says whether the bucket can be read
+// under prefix: an unreachable endpoint, bad credentials or a missing bucket
+// each give a distinct error. It lists under prefix, not the bucket's root,
+// which a policy may allow to the dataset's prefix only. Bound it with a
+// context deadline.
+func (s *Store) Check(ctx context.Context, prefix string) error {
 	lctx, cancel := context.WithCancel(ctx)
-	objects := s.client.ListObjects(lctx, s.bucket, minio.ListObjectsOptions{MaxKeys: 1})
+	objects := s.client.ListObjects(lctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, MaxKeys: 1})
 	first, ok := <-objects
 	// Stop the listing after its first answer, and drain it: minio-go's
 	// lister, cancelled, still sends the cancel's error, and would wait on

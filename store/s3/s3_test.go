@@ -96,7 +96,7 @@ func TestErrors(t *testing.T) {
 	if _, err := st.ReadRange(ctx, obj, 0, 5); !errors.Is(err, store.ErrChanged) {
 		t.Fatalf("read of a changed object: %v, want ErrChanged", err)
 	}
-	if err := st.Check(ctx); err != nil {
+	if err := st.Check(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A range past the end (416) is refused for good: sending it again
@@ -257,7 +257,7 @@ func testVirtualHosted(t *testing.T, dualStack bool, domain string) {
 	for i, k := range keys {
 		objs[k] = testenv.Put(t, st, k, bytes.Repeat([]byte{byte('a' + i)}, 1000+i))
 	}
-	if err := st.Check(ctx); err != nil {
+	if err := st.Check(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
 	var listed []string
@@ -309,7 +309,7 @@ func TestCheckLeavesNoLister(t *testing.T) {
 	var g errgroup.Group
 	g.SetLimit(16)
 	for range 200 {
-		g.Go(func() error { return st.Check(context.Background()) })
+		g.Go(func() error { return st.Check(context.Background(), "") })
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
