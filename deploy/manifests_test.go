@@ -282,12 +282,17 @@ func checkPod(t *testing.T, o deploy.Object, spec *corev1.PodSpec, objs []deploy
 	}
 	var cacheVol string
 	for _, m := range sc.VolumeMounts {
-		if m.MountPath == cacheDir {
+		if m.MountPath == cacheDir || strings.HasPrefix(cacheDir, strings.TrimSuffix(m.MountPath, "/")+"/") {
 			cacheVol = m.Name
 		}
 	}
-	if v, ok := volumes[cacheVol]; !ok || (v.HostPath == nil && v.PersistentVolumeClaim == nil) {
-		t.Errorf("--cache-dir %s is not a hostPath or local volume", cacheDir)
+	switch v, ok := volumes[cacheVol]; {
+	case !ok || (v.HostPath == nil && v.PersistentVolumeClaim == nil):
+		t.Errorf("--cache-dir %s is not on a hostPath or local volume", cacheDir)
+	case v.HostPath != nil && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory):
+		// A directory the kubelet makes lands on the root disk when the
+		// node's NVMe is not mounted, and the cache fills it.
+		t.Errorf("cache hostPath %+v: want type Directory, one the node prepared", v.HostPath)
 	}
 
 	// Probes point at the binary's endpoints on the --http port.

@@ -36,9 +36,16 @@ func (c Config) Mutate(pod *corev1.Pod) ([]jsonpatch.Operation, Result, error) {
 		return nil, Rejected, &AnnotationError{AnnotationInject, v, `want "true" or "false"`}
 	}
 	for _, ic := range pod.Spec.InitContainers {
-		if ic.Name == SidecarName {
+		if ic.Name != SidecarName {
+			continue
+		}
+		// A native sidecar of that name is ours, or one written by hand.
+		// A plain init container would pass for it and leave the pod
+		// without its dataset.
+		if ic.RestartPolicy != nil && *ic.RestartPolicy == corev1.ContainerRestartPolicyAlways {
 			return nil, AlreadyInjected, nil
 		}
+		return nil, Rejected, fmt.Errorf("init container name %q is reserved for the dataccel sidecar: rename the init container", SidecarName)
 	}
 	s, err := c.settings(ann)
 	if err != nil {

@@ -384,7 +384,7 @@ func (c Config) sidecarArgs(s settings) []string {
 	if s.region != "" {
 		args = append(args, "--region="+s.region)
 	}
-	return append(args,
+	args = append(args,
 		"--cache-dir="+path.Join(sidecarCacheDir, cacheSubdir(s)),
 		"--cache-size="+s.cacheSize,
 		"--ram-cache-size="+s.ramCacheSize,
@@ -397,6 +397,14 @@ func (c Config) sidecarArgs(s settings) []string {
 		// refuses it (and the container runtime) access to the mount.
 		"--allow-other",
 	)
+	// The kubelet expands $(VAR) in args, and turns $$ into $: a prefix or
+	// a path from an annotation must reach the sidecar as written (else
+	// "a$$b" mounts "a$b", and "$(AWS_SECRET_ACCESS_KEY)" puts the secret
+	// in argv and the logs).
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "$", "$$")
+	}
+	return args
 }
 
 func (c Config) sidecar(s settings) corev1.Container {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/deploy"
 	"github.com/dataccel/dataccel/webhook"
 	"github.com/dataccel/dataccel/webhook/jsonpatch"
 )
@@ -337,6 +339,29 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
+// TestDollarsReachTheSidecar: the kubelet expands $(VAR) in args and turns
+// $$ into $; a prefix or a mount path from an annotation must reach the
+// sidecar as written, never as another prefix or a variable's value.
+func TestDollarsReachTheSidecar(t *testing.T) {
+	const prefix, mountPath = "runs/a$$b/$(AWS_SECRET_ACCESS_KEY)/", "/data/$(GOMEMLIMIT)"
+	pod := annotate(t, podWith(t, webhook.AnnotationPrefix, prefix), webhook.AnnotationMountPath, mountPath)
+	resp := review(t, newHandler(t, nil), pod, admissionv1.Create)
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	sc := sidecars(applyPatch(t, pod, resp))
+	if len(sc) != 1 {
+		t.Fatalf("%d sidecars, want 1", len(sc))
+	}
+	args, err := deploy.ExpandArgs(sc[0], "default", nil)
+	if err != nil {
+		t.Fatalf("the kubelet's expansion: %v", err)
+	}
+	if want := (&url.URL{Scheme: "s3", Host: "datasets", Path: "/" + prefix}).String(); args[1] != want || args[2] != mountPath {
+		t.Errorf("the sidecar gets %q %q, want %q %q", args[1], args[2], want, mountPath)
+	}
+}
+
 func TestUnchanged(t *testing.T) {
 	injectedByHand := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
   - name: dataccel
@@ -378,6 +403,12 @@ func TestRejected(t *testing.T) {
     restartPolicy: Always
     ports:
     - {containerPort: 9100, protocol: TCP}
+  containers:
+`, 1)
+	plainInitNamedDataccel := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
+  - name: dataccel
+    image: busybox
+    command: [sh, -c, "true"]
   containers:
 `, 1)
 	mountInside := strings.Replace(annotatedPod, "    command: [python, train.py, --data, /data]\n",
@@ -426,6 +457,7 @@ func TestRejected(t *testing.T) {
 		{"http port declared by a native sidecar", nativeSidecarPort9100, `container "proxy" declares port 9100/TCP`},
 		{"mount path taken", conflictMount, `already mounts volume "other" at /data`},
 		{"container named dataccel", conflictName, "reserved"},
+		{"plain init container named dataccel", plainInitNamedDataccel, `init container name "dataccel" is reserved`},
 		{"volume named dataccel-cache", conflictVol, "reserved"},
 	}
 	for _, tt := range tests {

@@ -276,7 +276,7 @@ func TestWebhookCommandServes(t *testing.T) {
 	listen, ops := freeAddr(t), freeAddr(t)
 	root := newRootCmd()
 	root.SetArgs([]string{"webhook", "--listen=" + listen, "--tls-cert=" + certFile, "--tls-key=" + keyFile,
-		"--http=" + ops, "--image=ghcr.io/dataccel/dataccel:test", "--log-level=error"})
+		"--http=" + ops, "--image=ghcr.io/dataccel/dataccel:test", "--log-level=error", "--shutdown-delay=3s"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
@@ -352,6 +352,30 @@ func TestWebhookCommandServes(t *testing.T) {
 			}
 		}
 	}
+
+	// SIGTERM: reviews are still answered during --shutdown-delay (the
+	// API server calls the pod until its endpoints drop it), /readyz fails.
+	stopped := time.Now()
+	cancel()
+	resp, err = client.Post("https://"+listen+webhook.PathMutate, "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatalf("a review right after SIGTERM: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a review right after SIGTERM: %d", resp.StatusCode)
+	}
+	if r, err := http.Get("http://" + ops + "/readyz"); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz after SIGTERM: %v %v, want 503", r, err)
+	}
+	select {
+	case err := <-done:
+		done <- err // for the deferred check
+		if took := time.Since(stopped); took < 2*time.Second {
+			t.Errorf("stopped %s after SIGTERM, before --shutdown-delay 3s", took)
+		}
+	case <-time.After(15 * time.Second):
+	}
 }
 
 func TestWebhookCommandUsageErrors(t *testing.T) {
@@ -364,6 +388,7 @@ func TestWebhookCommandUsageErrors(t *testing.T) {
 		{"no image", []string{"webhook", "--tls-cert=a", "--tls-key=b"}, "--image is required"},
 		{"bad default size", []string{"webhook", "--image=x", "--tls-cert=a", "--tls-key=b", "--cache-size=lots"}, "cache-size"},
 		{"missing cert file", []string{"webhook", "--image=x", "--tls-cert=/nonexistent/a", "--tls-key=/nonexistent/b"}, "no such file"},
+		{"negative shutdown delay", []string{"webhook", "--image=x", "--tls-cert=a", "--tls-key=b", "--shutdown-delay=-1s"}, "--shutdown-delay -1s: want 0 or more"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := execCmd(t, tt.args...)

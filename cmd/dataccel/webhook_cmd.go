@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +41,11 @@ The certificate files are re-read when they change (rotation needs no restart).`
 			cert, _ := fl.GetString("tls-cert")
 			key, _ := fl.GetString("tls-key")
 			httpAddr, _ := fl.GetString("http")
-			return runWebhook(cmd.Context(), logger, cfg, listen, cert, key, httpAddr)
+			delay, _ := fl.GetDuration("shutdown-delay")
+			if delay < 0 {
+				return usageError{fmt.Errorf("--shutdown-delay %s: want 0 or more", delay)}
+			}
+			return runWebhook(cmd.Context(), logger, cfg, listen, cert, key, httpAddr, delay)
 		},
 	}
 	fl := cmd.Flags()
@@ -48,6 +53,7 @@ The certificate files are re-read when they change (rotation needs no restart).`
 	fl.String("tls-cert", "", "TLS certificate file (PEM), e.g. tls.crt of a kubernetes.io/tls Secret")
 	fl.String("tls-key", "", "TLS private key file (PEM)")
 	fl.String("http", "", "plain-HTTP address for /healthz, /readyz and /metrics (empty: off)")
+	fl.Duration("shutdown-delay", 5*time.Second, "after SIGTERM, how long to go on serving (with /readyz failing) before stopping: the API server keeps calling a pod until its endpoints drop it, and a refused call fails the pod's creation")
 	fl.String("image", "", "dataccel image the sidecar runs (required)")
 	fl.String("image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent, Never")
 	fl.String("endpoint", "", "default S3 endpoint URL for sidecars (empty: AWS S3); a pod may override it with "+webhook.AnnotationEndpoint)
@@ -97,7 +103,7 @@ func webhookConfigFromFlags(fl *pflag.FlagSet) (webhook.Config, error) {
 	return cfg, nil
 }
 
-func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, listen, certFile, keyFile, httpAddr string) error {
+func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, listen, certFile, keyFile, httpAddr string, shutdownDelay time.Duration) error {
 	if certFile == "" || keyFile == "" {
 		return usageError{errors.New("--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS)")}
 	}
@@ -126,8 +132,14 @@ func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, li
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	var ops *serve.Server
+	var stopping atomic.Bool
 	if httpAddr != "" {
-		ops = serve.New(httpAddr, reg, nil, logger)
+		ops = serve.New(httpAddr, reg, func(context.Context) error {
+			if stopping.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		}, logger)
 		if err := ops.Start(); err != nil {
 			ln.Close()
 			return err
@@ -140,7 +152,15 @@ func runWebhook(ctx context.Context, logger *slog.Logger, cfg webhook.Config, li
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		logger.Info("signal received, shutting down webhook")
+		// Until the Service's endpoints drop this pod the API server still
+		// sends it reviews (failurePolicy Fail refuses the pod on a refused
+		// call): go on answering them, unready, for a while.
+		logger.Info("signal received, shutting down webhook", "serving_for", shutdownDelay)
+		stopping.Store(true)
+		select {
+		case <-time.After(shutdownDelay):
+		case serveErr = <-served:
+		}
 	case serveErr = <-served:
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
