@@ -130,6 +130,9 @@ func (h *Handler) respond(req *admissionv1.AdmissionRequest) response {
 	if name == "" {
 		name = pod.GenerateName + "*"
 	}
+	if pod.Namespace == "" { // a pod created in the request's namespace without naming it
+		pod.Namespace = req.Namespace
+	}
 	ops, result, err := h.cfg.Mutate(&pod)
 	log := h.logger.With("namespace", req.Namespace, "pod", name, "result", string(result))
 	switch result {

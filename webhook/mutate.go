@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dataccel/dataccel/webhook/jsonpatch"
 )
@@ -52,6 +53,10 @@ func (c Config) Mutate(pod *corev1.Pod) ([]jsonpatch.Operation, Result, error) {
 		return nil, Rejected, err
 	}
 	s.hostNetwork = pod.Spec.HostNetwork
+	s.namespace = pod.Namespace
+	if s.namespace == "" {
+		s.namespace = metav1.NamespaceDefault
+	}
 	if err := checkConflicts(pod, s); err != nil {
 		return nil, Rejected, err
 	}

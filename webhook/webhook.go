@@ -189,6 +189,7 @@ func (c Config) Validate() error {
 
 // settings is what one pod gets: Config defaults overridden by annotations.
 type settings struct {
+	namespace                 string // the pod's: its cache is its namespace's alone
 	bucket, prefix, mountPath string
 	cacheSize, ramCacheSize   string
 	ramBytes                  int64
@@ -346,7 +347,10 @@ func checkMountPath(p string) string {
 }
 
 // cacheSubdir is one dataset's cache directory, relative to the node's
-// cache root (CacheHostPath, /cache in the sidecar): the disk cache locks
+// cache root (CacheHostPath, /cache in the sidecar), under the pod's
+// namespace: a mount serves what its cache holds (listings and blocks)
+// without asking the store, so a pod of another namespace, with other
+// credentials, must not read the same cache. The disk cache locks
 // its directory, so two datasets must not share one, nor one lie inside
 // another (a cache refuses a directory that holds other files, and removes
 // some of its own subdirectories). The prefix is one path element, its
@@ -365,7 +369,7 @@ func cacheSubdir(s settings) string {
 		sum := sha256.Sum256([]byte(s.prefix))
 		leaf = leaf[:maxNameLen-34] + "~" + hex.EncodeToString(sum[:16])
 	}
-	return path.Join(s.bucket, leaf)
+	return path.Join(s.namespace, s.bucket, leaf)
 }
 
 // maxNameLen is the longest file name of Linux file systems.

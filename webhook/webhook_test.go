@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -206,13 +207,13 @@ func TestInject(t *testing.T) {
 		wantCacheDir string
 		wantInits    int
 	}{
-		{"minimal pod", annotatedPod, "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
-		{"pod with init containers, volumes and mounts", withInit, "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 2},
-		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/datasets/%2F", 1},
-		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
-		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/datasets/imagenet%2Ftrain", 1},
+		{"minimal pod", annotatedPod, "/data", "/mnt/nvme/dataccel/ml/datasets/imagenet%2Ftrain", 1},
+		{"pod with init containers, volumes and mounts", withInit, "/data", "/mnt/nvme/dataccel/ml/datasets/imagenet%2Ftrain", 2},
+		{"custom mount path, no prefix", podWith(t, webhook.AnnotationPrefix, "-"), "/data", "/mnt/nvme/dataccel/ml/datasets/%2F", 1},
+		{"mount path annotation", podWith(t, webhook.AnnotationMountPath, "/datasets/imagenet"), "/datasets/imagenet", "/mnt/nvme/dataccel/ml/datasets/imagenet%2Ftrain", 1},
+		{"cache size as a share", podWith(t, webhook.AnnotationCacheSize, "80%"), "/data", "/mnt/nvme/dataccel/ml/datasets/imagenet%2Ftrain", 1},
 		{"a prefix longer than a file name once escaped", podWith(t, webhook.AnnotationPrefix, strings.Repeat("dir/", 100)), "/data",
-			"/mnt/nvme/dataccel/datasets/" + strings.Repeat("dir%2F", 36) + "dir%2" + "~" + longPrefixHash, 1},
+			"/mnt/nvme/dataccel/ml/datasets/" + strings.Repeat("dir%2F", 36) + "dir%2" + "~" + longPrefixHash, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -359,6 +360,44 @@ func TestDollarsReachTheSidecar(t *testing.T) {
 	}
 	if want := (&url.URL{Scheme: "s3", Host: "datasets", Path: "/" + prefix}).String(); args[1] != want || args[2] != mountPath {
 		t.Errorf("the sidecar gets %q %q, want %q %q", args[1], args[2], want, mountPath)
+	}
+}
+
+// TestCachePerNamespace: a mount serves what its cache holds without asking
+// the store, so pods of two namespaces (two tenants, two sets of keys) that
+// read the same bucket and prefix get two caches; a pod that names no
+// namespace gets the request's.
+func TestCachePerNamespace(t *testing.T) {
+	cacheDir := func(podYAML string) string {
+		t.Helper()
+		var pod corev1.Pod
+		if err := yaml.Unmarshal([]byte(podYAML), &pod); err != nil {
+			t.Fatal(err)
+		}
+		ops, result, err := testConfig.WithDefaults().Mutate(&pod)
+		if err != nil || result != webhook.Injected {
+			t.Fatalf("mutate: %v %v", result, err)
+		}
+		b, _ := json.Marshal(ops)
+		m := regexp.MustCompile(`--cache-dir=([^"]*)`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no --cache-dir in %s", b)
+		}
+		return string(m[1])
+	}
+	ml := cacheDir(annotatedPod)
+	other := cacheDir(strings.Replace(annotatedPod, "namespace: ml", "namespace: other", 1))
+	if ml != "/cache/ml/datasets/imagenet%2Ftrain" || other != "/cache/other/datasets/imagenet%2Ftrain" {
+		t.Errorf("cache dirs %s and %s: want one per namespace", ml, other)
+	}
+	// Through the handler, a pod without a namespace is in the request's (ml).
+	noNS := strings.Replace(annotatedPod, "  namespace: ml\n", "", 1)
+	if noNS == annotatedPod {
+		t.Fatal("the test pod names no namespace to remove")
+	}
+	resp := review(t, newHandler(t, nil), noNS, admissionv1.Create)
+	if !resp.Allowed || !strings.Contains(string(resp.Patch), "--cache-dir=/cache/ml/datasets/") {
+		t.Errorf("a pod without a namespace: patch %s, want its cache under the request's namespace", resp.Patch)
 	}
 }
 
