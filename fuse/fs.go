@@ -120,6 +120,10 @@ type FS struct {
 	// showed (the store's GETs and LISTs disagree), warned about once.
 	// Guarded by healMu; cleared with staleSince.
 	disagreed map[uint64]bool
+
+	dropMu      sync.Mutex
+	dropping    map[string]map[string]bool // guarded by dropMu: per directory, names whose kernel entries are to go
+	dropRunning bool                       // guarded by dropMu: dropEntries is at work
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
@@ -183,7 +187,8 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}}
+		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, dropping: map[string]map[string]bool{}}
+	ns.changed = f.entriesChanged
 	if !cfg.passthrough() {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -564,6 +569,79 @@ func (f *FS) healStale(n *fileNode) {
 	if !running {
 		go f.heal(dir)
 	}
+}
+
+// entriesChanged drops the kernel's entries of names in dir that a new
+// listing added, removed or changed. The kernel keeps an entry for
+// --metadata-ttl from its last lookup (a readdir renews it), so without
+// this an object deleted from the store stayed openable, its cached bytes
+// served, for up to twice the ttl, and a name added after a failed lookup
+// stayed ENOENT. It runs in the background: the kernel takes the
+// directory's lock to drop an entry, which a lookup waiting on this very
+// listing holds.
+func (f *FS) entriesChanged(dir string, names []string) {
+	if f.mountpoint == nil || len(names) == 0 {
+		return // not mounted: the kernel holds nothing
+	}
+	f.dropMu.Lock()
+	defer f.dropMu.Unlock()
+	set := f.dropping[dir]
+	if set == nil {
+		set = map[string]bool{}
+		f.dropping[dir] = set
+	}
+	for _, n := range names {
+		set[n] = true
+	}
+	if !f.dropRunning {
+		f.dropRunning = true
+		go f.dropEntries()
+	}
+}
+
+// dropEntries serves entriesChanged until nothing is queued.
+func (f *FS) dropEntries() {
+	for {
+		f.dropMu.Lock()
+		var dir string
+		var names map[string]bool
+		for dir, names = range f.dropping {
+			break
+		}
+		if names == nil {
+			f.dropRunning = false
+			f.dropMu.Unlock()
+			return
+		}
+		delete(f.dropping, dir) // names coming in meanwhile make a new set
+		f.dropMu.Unlock()
+		parent := f.dirInode(dir)
+		if parent == nil {
+			continue
+		}
+		for name := range names {
+			// ENOENT: the kernel has no such entry; EBADF: unmounted.
+			if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
+				f.log.Warn("dropping the kernel's entry of a changed name", "dir", dir, "name", name, "errno", errno.Error())
+			}
+		}
+	}
+}
+
+// dirInode returns the inode the kernel knows for dir (a key prefix ending
+// in "/"), or nil.
+func (f *FS) dirInode(dir string) *gofs.Inode {
+	rel, ok := strings.CutPrefix(dir, f.cfg.Prefix)
+	if !ok || f.root == nil {
+		return nil
+	}
+	in := f.root.EmbeddedInode()
+	for rel = strings.TrimSuffix(rel, "/"); in != nil && rel != ""; {
+		var name string
+		name, rel, _ = strings.Cut(rel, "/")
+		in = in.GetChild(name)
+	}
+	return in
 }
 
 // staleVersions bounds healStale's memory of stale versions.

@@ -565,6 +565,50 @@ func TestChangedObjectHeals(t *testing.T) {
 	}
 }
 
+// TestRelistDropsKernelEntries: a file whose bytes the kernel holds (read
+// once, then re-read from its page cache with no request) and whose object
+// is deleted stops opening once a relisting drops the name, though a
+// readdir renewed the kernel's entry meanwhile (a job's ls); it stayed
+// openable, with its old bytes, for a whole ttl after that relisting. A
+// name added by the relisting opens at once, though a lookup found it
+// missing before.
+func TestRelistDropsKernelEntries(t *testing.T) {
+	const ttl = 4 * time.Second
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "d/gone", []byte("old bytes"))
+	testenv.Put(t, st, "d/stays", []byte("x"))
+	mnt := mountT(t, st, "", ttl)
+	d := filepath.Join(mnt, "d")
+	listed := time.Now()
+	if _, err := os.ReadFile(filepath.Join(d, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat of a name not yet in the store: %v", err)
+	}
+	if err := st.Remove(context.Background(), "d/gone"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Put(t, st, "d/new", []byte("new"))
+	// The listing is relisted in the last quarter of its ttl (ticks of a
+	// second): its changes must show by then, not a ttl later.
+	for deadline := listed.Add(ttl*5/4 + time.Second); ; time.Sleep(100 * time.Millisecond) {
+		os.ReadDir(d) // renews the kernel's entries of the names listed
+		_, errGone := os.ReadFile(filepath.Join(d, "gone"))
+		_, errNew := os.Stat(filepath.Join(d, "new"))
+		if errGone != nil && errNew == nil {
+			if !errors.Is(errGone, os.ErrNotExist) && !errors.Is(errGone, syscall.ESTALE) {
+				t.Fatalf("open of the deleted object: %v, want ENOENT or ESTALE", errGone)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the listing (ttl %s): deleted object read: %v, new object stat: %v",
+				time.Since(listed).Round(time.Millisecond), ttl, errGone, errNew)
+		}
+	}
+}
+
 // disagreeingStore lists its objects as memStore does, and fails every GET
 // as if the object had changed since: a store whose GETs and LISTs
 // disagree on versions.

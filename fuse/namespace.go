@@ -92,6 +92,11 @@ type namespace struct {
 	warned map[string]bool     // guarded by mu; keys already warned about
 
 	relisting map[string]bool // guarded by mu; directories relistDue lists again before their ttl passed
+
+	// changed, if set, is told the names a new listing of dir added,
+	// removed or changed against the one it replaced (set before the
+	// mount serves): the kernel's entries of them must go.
+	changed func(dir string, names []string)
 }
 
 // newNamespace returns an empty namespace; background relistings
@@ -165,6 +170,9 @@ func (ns *namespace) fetchShared(dir string) <-chan singleflight.Result {
 		}
 		ns.dirs[dir] = l
 		ns.mu.Unlock()
+		if old != nil && !same && ns.changed != nil {
+			ns.changed(dir, changedNames(old, l))
+		}
 		return l, nil
 	})
 }
@@ -177,6 +185,31 @@ func sameEntries(a, b *listing) bool {
 		return x.name == y.name && x.dir == y.dir && x.obj.Key == y.obj.Key && x.obj.ETag == y.obj.ETag &&
 			x.obj.Size == y.obj.Size && x.obj.ModTime.Equal(y.obj.ModTime)
 	})
+}
+
+// changedNames returns the names that a and b (sorted listings of one
+// directory) do not hold alike: in one only, or another kind or version.
+func changedNames(a, b *listing) []string {
+	var out []string
+	i, j := 0, 0
+	for i < len(a.entries) || j < len(b.entries) {
+		switch {
+		case j == len(b.entries) || i < len(a.entries) && a.entries[i].name < b.entries[j].name:
+			out = append(out, a.entries[i].name)
+			i++
+		case i == len(a.entries) || b.entries[j].name < a.entries[i].name:
+			out = append(out, b.entries[j].name)
+			j++
+		default:
+			x, y := a.entries[i], b.entries[j]
+			if x.dir != y.dir || x.obj.ETag != y.obj.ETag || x.obj.Size != y.obj.Size || !x.obj.ModTime.Equal(y.obj.ModTime) {
+				out = append(out, x.name)
+			}
+			i++
+			j++
+		}
+	}
+	return out
 }
 
 // keepFresh lists again, in the background, the listings that near the end
