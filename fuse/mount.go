@@ -244,6 +244,9 @@ func New(dir string, cfg Config) (*Mount, error) {
 	fsys.root = root
 	ttl := fsys.cfg.MetadataTTL
 	opts := &gofs.Options{
+		// The root's inode number is 1 (FUSE's root id), as its children
+		// (inoOf) leave it; 0 reads as "no inode" to some tools.
+		RootStableAttr:  &gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: 1},
 		EntryTimeout:    &ttl,
 		AttrTimeout:     &ttl,
 		NegativeTimeout: &ttl,

@@ -32,6 +32,18 @@ func (readOnly) Symlink(context.Context, string, string, *gofuse.EntryOut) (*gof
 func (readOnly) Create(context.Context, string, uint32, uint32, *gofuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	return nil, nil, 0, syscall.EROFS
 }
+func (readOnly) Allocate(context.Context, gofs.FileHandle, uint64, uint64, uint32) syscall.Errno {
+	return syscall.EROFS
+}
+
+// Fsync has nothing to write: 0, as on any file system for a file read
+// only (tools that fsync what they read fail on EOPNOTSUPP, go-fuse's
+// default). Not ENOSYS, which would stop the kernel sending FSYNC for the
+// whole mount, the announce file's included. The kernel writes a file's
+// dirty pages back before it asks, so a write through a shared mapping
+// still fails the fsync (EIO).
+func (readOnly) Fsync(context.Context, gofs.FileHandle, uint32) syscall.Errno { return 0 }
+
 func (readOnly) Unlink(context.Context, string) syscall.Errno { return syscall.EROFS }
 func (readOnly) Rmdir(context.Context, string) syscall.Errno  { return syscall.EROFS }
 func (readOnly) Rename(context.Context, string, gofs.InodeEmbedder, string, uint32) syscall.Errno {
@@ -48,4 +60,6 @@ var (
 	_ gofs.NodeUnlinker  = readOnly{}
 	_ gofs.NodeRmdirer   = readOnly{}
 	_ gofs.NodeRenamer   = readOnly{}
+	_ gofs.NodeAllocater = readOnly{}
+	_ gofs.NodeFsyncer   = readOnly{}
 )
