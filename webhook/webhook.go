@@ -49,6 +49,10 @@ const (
 	// AnnotationRAMCacheSize bounds the RAM cache, e.g. "8GiB"; the
 	// sidecar's memory request and limit are sized from it.
 	AnnotationRAMCacheSize = "dataccel.io/ram-cache-size"
+	// AnnotationMemory sets the sidecar's memory request and limit, at
+	// least the RAM cache and memoryHeadroom: a dataset of many files needs
+	// about 1 KiB more per file for its listings once it is listed.
+	AnnotationMemory = "dataccel.io/memory"
 	// AnnotationEndpoint overrides the webhook's default S3 endpoint.
 	AnnotationEndpoint = "dataccel.io/endpoint"
 	// AnnotationRegion overrides the webhook's default S3 region, for a
@@ -193,6 +197,7 @@ type settings struct {
 	bucket, prefix, mountPath string
 	cacheSize, ramCacheSize   string
 	ramBytes                  int64
+	memBytes                  int64 // the sidecar's memory: RAM cache + headroom, or AnnotationMemory
 	endpoint, region, secret  string
 	podIdentity               bool // AnnotationCredentials "pod": no Secret
 	httpPort                  int32
@@ -257,6 +262,18 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 		return s, &AnnotationError{AnnotationRAMCacheSize, s.ramCacheSize, "want at most 4TiB"}
 	}
 	s.ramBytes = n
+	s.memBytes = n + memoryHeadroom
+	if v, ok := ann[AnnotationMemory]; ok {
+		q, err := resource.ParseQuantity(v)
+		switch {
+		case err != nil:
+			return s, &AnnotationError{AnnotationMemory, v, `want a memory quantity such as "12Gi"`}
+		case q.Value() < s.memBytes:
+			return s, &AnnotationError{AnnotationMemory, v, fmt.Sprintf("want at least the RAM cache and %s (%s here; about 1 KiB more per file of the dataset)",
+				resource.NewQuantity(memoryHeadroom, resource.BinarySI), resource.NewQuantity(s.memBytes, resource.BinarySI))}
+		}
+		s.memBytes = q.Value()
+	}
 	if s.endpoint != "" {
 		u, err := url.Parse(s.endpoint)
 		switch {
@@ -416,7 +433,7 @@ func (c Config) sidecar(s settings) corev1.Container {
 	privileged := true
 	root := int64(0)
 	nonRoot := false
-	mem := resource.NewQuantity(s.ramBytes+memoryHeadroom, resource.BinarySI)
+	mem := resource.NewQuantity(s.memBytes, resource.BinarySI)
 	bidi := corev1.MountPropagationBidirectional
 	probe := func(p string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
@@ -401,6 +403,27 @@ func TestCachePerNamespace(t *testing.T) {
 	}
 }
 
+// TestMemoryAnnotation: a pod may give its sidecar more memory than the
+// RAM cache and the headroom (a dataset of many files needs it for its
+// listings); GOMEMLIMIT follows.
+func TestMemoryAnnotation(t *testing.T) {
+	pod := podWith(t, webhook.AnnotationMemory, "12Gi")
+	resp := review(t, newHandler(t, nil), pod, admissionv1.Create)
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	sc := sidecars(applyPatch(t, pod, resp))[0]
+	want := resource.MustParse("12Gi")
+	if r, l := sc.Resources.Requests.Memory(), sc.Resources.Limits.Memory(); !r.Equal(want) || !l.Equal(want) {
+		t.Errorf("memory request %s, limit %s; want 12Gi both", r, l)
+	}
+	for _, e := range sc.Env {
+		if e.Name == "GOMEMLIMIT" && e.Value != strconv.FormatInt(want.Value()/10*9, 10) {
+			t.Errorf("GOMEMLIMIT %s, want 90%% of 12Gi", e.Value)
+		}
+	}
+}
+
 func TestUnchanged(t *testing.T) {
 	injectedByHand := strings.Replace(annotatedPod, "  containers:\n", `  initContainers:
   - name: dataccel
@@ -468,6 +491,8 @@ func TestRejected(t *testing.T) {
 		{"cache share over 100%", podWith(t, webhook.AnnotationCacheSize, "120%"), "dataccel.io/cache-size"},
 		{"ram size as share", podWith(t, webhook.AnnotationRAMCacheSize, "10%"), "dataccel.io/ram-cache-size"},
 		{"ram size unit", podWith(t, webhook.AnnotationRAMCacheSize, "8 parsecs"), "dataccel.io/ram-cache-size"},
+		{"memory below the RAM cache and headroom", podWith(t, webhook.AnnotationMemory, "9Gi"), `dataccel.io/memory="9Gi": want at least the RAM cache and 2Gi (10Gi here`},
+		{"memory not a quantity", podWith(t, webhook.AnnotationMemory, "lots"), `dataccel.io/memory="lots": want a memory quantity`},
 		{"endpoint scheme", podWith(t, webhook.AnnotationEndpoint, "ftp://x"), "dataccel.io/endpoint"},
 		{"endpoint with credentials", podWith(t, webhook.AnnotationEndpoint, "http://AKIA:s3cr3t@minio:9000"), "must not carry credentials"},
 		{"endpoint with credentials that do not parse", podWith(t, webhook.AnnotationEndpoint, "https://AKIA:s3cr3t@x@minio:9000/%zz"), "must not carry credentials"},
