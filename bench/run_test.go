@@ -194,6 +194,34 @@ func TestRunIOTime(t *testing.T) {
 	}
 }
 
+// TestDirSourceKeyOrder: a directory lists its files in S3 key order, as a
+// store source does, so every path of a run reads the same files in the
+// same order: "a-b/" before "a/" ('-' sorts before '/'), though a walk of
+// the tree visits "a/" first.
+func TestDirSourceKeyOrder(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a/1", "a-b/2", "a.c/3", "b/4"} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := DirSource{Root: dir}.Files(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range files {
+		got = append(got, f.Name)
+	}
+	if want := []string{"a-b/2", "a.c/3", "a/1", "b/4"}; !slices.Equal(got, want) {
+		t.Errorf("files %v, want key order %v", got, want)
+	}
+}
+
 // TestFindMaxTooFewSteps: a --max-steps below a trial's three steps is
 // named as the cause, and the table says no count was measured instead of
 // "at least 0".

@@ -99,6 +99,10 @@ func (d DirSource) Files(ctx context.Context) ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", d.Root, err)
 	}
+	// In key order, as an S3 listing of the same files: the walk visits
+	// "a/" before "a-b/", keys sort "a-b/" first ('-' < '/'), and every
+	// path must read the same files in the same order.
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
 	return files, nil
 }
 
