@@ -125,36 +125,33 @@ func TestScoreCachedDatasetMakesAcceleratorWorthLessThanPremium(t *testing.T) {
 	}
 }
 
-// R includes the cold-start penalty T_cold - T_warm of the offer's epoch.
-func TestScoreRestartIncludesColdPenalty(t *testing.T) {
-	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
-		{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: 300, TIOWarmS: 100}},
-	}}
-	offers := []Offer{{Name: "spot", Count: 1, PricePerHour: 5, ComputePerSampleS: 0.001, Spot: true,
-		PreemptionsPerHour: 0.05, CheckpointIntervalH: 1, CheckpointWriteS: 60, RestartS: 900}}
-	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := got[0]; !near(s.RestartH, 1100.0/3600, 1e-12) || !near(s.Goodput, 0.9430555555555555, 1e-12) {
-		t.Errorf("R %v h, g %v; want %v h, 0.94305556", s.RestartH, s.Goodput, 1100.0/3600)
-	}
-}
-
-// A warm epoch measured slower than the cold one (noise) adds nothing to a
+// R includes the cold-start penalty T_cold - T_warm of the offer's epoch; a
+// warm epoch measured slower than the cold one (noise) adds nothing to a
 // restart, rather than taking time off it.
-func TestScoreRestartWarmSlowerThanCold(t *testing.T) {
-	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
-		{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: 100, TIOWarmS: 300}},
-	}}
-	offers := []Offer{{Name: "spot", Count: 1, PricePerHour: 5, ComputePerSampleS: 0.001, Spot: true,
-		PreemptionsPerHour: 0.05, CheckpointIntervalH: 1, CheckpointWriteS: 60, RestartS: 900}}
-	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := got[0]; !near(s.RestartH, 900.0/3600, 1e-12) {
-		t.Errorf("R %v h; want the restart alone, %v h", s.RestartH, 900.0/3600)
+func TestScoreRestartIncludesColdPenalty(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		ioCold, ioWarm        float64
+		restartH, wantGoodput float64
+	}{
+		{"cold slower", 300, 100, 1100.0 / 3600, 0.9430555555555555},
+		{"warm slower", 100, 300, 900.0 / 3600, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bench := &Result{Version: SchemaVersion, Paths: []PathResult{
+				{Path: "p", Files: 100000, Summary: Summary{SamplesPerEpoch: 100000, TIOColdS: c.ioCold, TIOWarmS: c.ioWarm}},
+			}}
+			offers := []Offer{{Name: "spot", Count: 1, PricePerHour: 5, ComputePerSampleS: 0.001, Spot: true,
+				PreemptionsPerHour: 0.05, CheckpointIntervalH: 1, CheckpointWriteS: 60, RestartS: 900}}
+			got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 90})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := got[0]
+			if !near(s.RestartH, c.restartH, 1e-12) || c.wantGoodput != 0 && !near(s.Goodput, c.wantGoodput, 1e-12) {
+				t.Errorf("R %v h, g %v; want %v h (g %v, 0: not checked)", s.RestartH, s.Goodput, c.restartH, c.wantGoodput)
+			}
+		})
 	}
 }
 
