@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestPercentile(t *testing.T) {
@@ -526,5 +527,18 @@ func TestRunOneEpochHasNoWarm(t *testing.T) {
 				t.Errorf("T_warm shown: %v, want %v; table:\n%s", hasWarm, tc.tableWarm, tb.String())
 			}
 		})
+	}
+}
+
+// TestShortNameKeepsRunes: a long name is cut to its last 31 characters,
+// never inside one (the table and the page must stay UTF-8).
+func TestShortNameKeepsRunes(t *testing.T) {
+	long := "/data/" + strings.Repeat("数据集", 20) + "/xy"
+	got := shortName(long)
+	if !utf8.ValidString(got) || utf8.RuneCountInString(got) != 32 || !strings.HasSuffix(got, "/xy") {
+		t.Errorf("shortName = %q: want 32 characters of valid UTF-8 ending in /xy", got)
+	}
+	if shortName("short") != "short" {
+		t.Error("a short name was changed")
 	}
 }
