@@ -260,6 +260,23 @@ func inoOf(key string) uint64 {
 	return h.Sum64() | 2
 }
 
+// dirIno numbers the directory key: 1 for the mount's root, as go-fuse's
+// root (RootStableAttr), else as Lookup numbers it.
+func (f *FS) dirIno(key string) uint64 {
+	if key == f.cfg.Prefix {
+		return 1
+	}
+	return inoOf(key)
+}
+
+// parentKey is the key of the directory above key (the root's is itself).
+func (f *FS) parentKey(key string) string {
+	if key == f.cfg.Prefix {
+		return key
+	}
+	return key[:strings.LastIndex(strings.TrimSuffix(key, "/"), "/")+1]
+}
+
 // fileIno numbers one version of an object.
 func fileIno(o store.Object) uint64 { return inoOf(o.Key + "\x00" + o.ETag) }
 
@@ -364,7 +381,11 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if !d.IsRoot() {
 		d.fsys.walk.listed(d.key)
 	}
-	out := make([]gofuse.DirEntry, 0, len(l.entries))
+	out := make([]gofuse.DirEntry, 0, len(l.entries)+2)
+	// "." and ".." as every file system lists them (ls -a); loaders'
+	// listings (os.scandir, os.ReadDir) skip them.
+	out = append(out, gofuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: d.fsys.dirIno(d.key)},
+		gofuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: d.fsys.dirIno(d.fsys.parentKey(d.key))})
 	for _, e := range l.entries {
 		if d.IsRoot() && e.name == ControlDir && d.fsys.cfg.Control != nil {
 			d.fsys.warnShadowed(l)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -391,6 +392,28 @@ func TestErrnos(t *testing.T) {
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err != nil || st.Ino != 1 {
 			t.Errorf("stat %s: inode %d (%v), want 1", path, st.Ino, err)
+		}
+	}
+	// ls -a shows "." and "..", with the inode numbers stat gives them.
+	for _, dir := range []string{mnt, p("d")} {
+		out, err := exec.Command("ls", "-ai1", dir).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if ino, name, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+				inos[name] = ino
+			}
+		}
+		for _, name := range []string{".", ".."} {
+			var st unix.Stat_t
+			if err := unix.Stat(dir+"/"+name, &st); err != nil {
+				t.Fatal(err)
+			}
+			if inos[name] != strconv.FormatUint(st.Ino, 10) {
+				t.Errorf("ls -ai %s: %q is inode %q, stat says %d\n%s", dir, name, inos[name], st.Ino, out)
+			}
 		}
 	}
 	// fsync and fdatasync of what was only read succeed, as on any file
