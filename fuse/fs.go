@@ -641,8 +641,15 @@ func (f *FS) dropEntries() {
 			continue
 		}
 		for name := range names {
-			// ENOENT: the kernel has no such entry; EBADF: unmounted.
-			if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
+			switch errno := parent.NotifyEntry(name); errno {
+			case 0, syscall.ENOENT: // ENOENT: the kernel has no such entry
+			case syscall.EBADF, syscall.ENODEV: // unmounted: nothing is left to drop
+				f.dropMu.Lock()
+				clear(f.dropping)
+				f.dropRunning = false
+				f.dropMu.Unlock()
+				return
+			default:
 				f.log.Warn("dropping the kernel's entry of a changed name", "dir", dir, "name", name, "errno", errno.Error())
 			}
 		}
