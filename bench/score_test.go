@@ -135,7 +135,7 @@ func TestScoreRestartIncludesColdPenalty(t *testing.T) {
 		restartH, wantGoodput float64
 	}{
 		{"cold slower", 300, 100, 1100.0 / 3600, 0.9430555555555555},
-		{"warm slower", 100, 300, 900.0 / 3600, 0},
+		{"warm slower", 100, 300, 900.0 / 3600, 1 - 60.0/3600 - 0.05*(900.0/3600+0.5)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bench := &Result{Version: SchemaVersion, Paths: []PathResult{
@@ -148,8 +148,8 @@ func TestScoreRestartIncludesColdPenalty(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := got[0]
-			if !near(s.RestartH, c.restartH, 1e-12) || c.wantGoodput != 0 && !near(s.Goodput, c.wantGoodput, 1e-12) {
-				t.Errorf("R %v h, g %v; want %v h (g %v, 0: not checked)", s.RestartH, s.Goodput, c.restartH, c.wantGoodput)
+			if !near(s.RestartH, c.restartH, 1e-12) || !near(s.Goodput, c.wantGoodput, 1e-12) {
+				t.Errorf("R %v h, g %v; want %v h, g %v", s.RestartH, s.Goodput, c.restartH, c.wantGoodput)
 			}
 		})
 	}

@@ -159,21 +159,28 @@ var ErrPassthrough = errors.New("fuse: the file is read from its local copy")
 
 // lookedUp returns the file node the kernel knows for key, or nil.
 func (f *FS) lookedUp(key string) *fileNode {
+	in := f.inodeAt(key)
+	if in == nil {
+		return nil
+	}
+	n, _ := in.Operations().(*fileNode) // nil for the root, a directory
+	return n
+}
+
+// inodeAt returns the inode the kernel knows for key (a file, or a
+// directory's prefix ending in "/"), or nil.
+func (f *FS) inodeAt(key string) *gofs.Inode {
 	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
-	if !ok || rel == "" || f.root == nil {
+	if !ok || f.root == nil {
 		return nil
 	}
 	in := f.root.EmbeddedInode()
-	for in != nil && rel != "" {
+	for rel = strings.TrimSuffix(rel, "/"); in != nil && rel != ""; {
 		var name string
 		name, rel, _ = strings.Cut(rel, "/")
 		in = in.GetChild(name)
 	}
-	if in == nil {
-		return nil
-	}
-	n, _ := in.Operations().(*fileNode)
-	return n
+	return in
 }
 
 func newFS(cfg Config) *FS {
@@ -636,7 +643,7 @@ func (f *FS) dropEntries() {
 		}
 		delete(f.dropping, dir) // names coming in meanwhile make a new set
 		f.dropMu.Unlock()
-		parent := f.dirInode(dir)
+		parent := f.inodeAt(dir)
 		if parent == nil {
 			continue
 		}
@@ -654,22 +661,6 @@ func (f *FS) dropEntries() {
 			}
 		}
 	}
-}
-
-// dirInode returns the inode the kernel knows for dir (a key prefix ending
-// in "/"), or nil.
-func (f *FS) dirInode(dir string) *gofs.Inode {
-	rel, ok := strings.CutPrefix(dir, f.cfg.Prefix)
-	if !ok || f.root == nil {
-		return nil
-	}
-	in := f.root.EmbeddedInode()
-	for rel = strings.TrimSuffix(rel, "/"); in != nil && rel != ""; {
-		var name string
-		name, rel, _ = strings.Cut(rel, "/")
-		in = in.GetChild(name)
-	}
-	return in
 }
 
 // staleVersions bounds healStale's memory of stale versions.

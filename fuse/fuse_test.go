@@ -618,9 +618,9 @@ func TestChangedObjectHeals(t *testing.T) {
 // once, then re-read from its page cache with no request) and whose object
 // is deleted stops opening once a relisting drops the name, though a
 // readdir renewed the kernel's entry meanwhile (a job's ls); it stayed
-// openable, with its old bytes, for a whole ttl after that relisting. A
-// name added by the relisting opens at once, though a lookup found it
-// missing before.
+// openable, with its old bytes, for a whole ttl after that relisting. The
+// name added meanwhile shows too (the readdir would show it either way:
+// TestChangedNames covers the added names the relisting drops).
 func TestRelistDropsKernelEntries(t *testing.T) {
 	const ttl = 4 * time.Second
 	st := srv.NewBucket(t)

@@ -163,27 +163,24 @@ func (ns *namespace) fetchShared(dir string) <-chan singleflight.Result {
 			return nil, err
 		}
 		old := ns.held(dir)
-		same := old != nil && sameEntries(old, l) // outside ns.mu: a million entries take a while
+		// Outside ns.mu: a million entries take a while. A relisting that
+		// finds nothing new leaves the generation (and so the saved
+		// manifest) as it was.
+		var changed []string
+		if old != nil {
+			changed = changedNames(old, l)
+		}
+		same := old != nil && len(changed) == 0
 		ns.mu.Lock()
 		if !same || ns.dirs[dir] != old {
 			ns.gen++
 		}
 		ns.dirs[dir] = l
 		ns.mu.Unlock()
-		if old != nil && !same && ns.changed != nil {
-			ns.changed(dir, changedNames(old, l))
+		if len(changed) > 0 && ns.changed != nil {
+			ns.changed(dir, changed)
 		}
 		return l, nil
-	})
-}
-
-// sameEntries says whether two listings hold the same names and object
-// versions: a relisting that finds nothing new leaves the generation (and
-// so the saved manifest) as it was.
-func sameEntries(a, b *listing) bool {
-	return slices.EqualFunc(a.entries, b.entries, func(x, y entry) bool {
-		return x.name == y.name && x.dir == y.dir && x.obj.Key == y.obj.Key && x.obj.ETag == y.obj.ETag &&
-			x.obj.Size == y.obj.Size && x.obj.ModTime.Equal(y.obj.ModTime)
 	})
 }
 

@@ -458,3 +458,30 @@ func TestLookUp(t *testing.T) {
 		t.Errorf("a lookup by bytes allocates %v times", n)
 	}
 }
+
+// TestChangedNames: the names whose kernel entries a relisting must drop
+// are those added, removed, or listed as another kind or version; an
+// unchanged name is not among them.
+func TestChangedNames(t *testing.T) {
+	ns := newNamespace(t.Context(), nil, time.Hour, slog.New(slog.DiscardHandler))
+	listingOf := func(files map[string]string, dirs ...string) *listing {
+		b := newDirBuilder()
+		for name, etag := range files {
+			b.files[name] = store.Object{Key: "d/" + name, ETag: etag, Size: 1}
+		}
+		for _, name := range dirs {
+			b.dirs[name] = true
+		}
+		return ns.build(b, time.Time{})
+	}
+	old := listingOf(map[string]string{"same": "1", "changed": "1", "gone": "1", "becomes-dir": "1"}, "sub", "sub-gone")
+	now := listingOf(map[string]string{"same": "1", "changed": "2", "added": "1"}, "sub", "becomes-dir", "sub-added")
+	got := changedNames(old, now)
+	slices.Sort(got)
+	if want := []string{"added", "becomes-dir", "changed", "gone", "sub-added", "sub-gone"}; !slices.Equal(got, want) {
+		t.Errorf("changedNames = %v, want %v", got, want)
+	}
+	if got := changedNames(old, old); len(got) != 0 {
+		t.Errorf("a listing against itself: %v, want none", got)
+	}
+}

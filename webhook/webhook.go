@@ -196,7 +196,6 @@ type settings struct {
 	namespace                 string // the pod's: its cache is its namespace's alone
 	bucket, prefix, mountPath string
 	cacheSize, ramCacheSize   string
-	ramBytes                  int64
 	memBytes                  int64 // the sidecar's memory: RAM cache + headroom, or AnnotationMemory
 	endpoint, region, secret  string
 	podIdentity               bool // AnnotationCredentials "pod": no Secret
@@ -261,7 +260,6 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	case n > 4<<40:
 		return s, &AnnotationError{AnnotationRAMCacheSize, s.ramCacheSize, "want at most 4TiB"}
 	}
-	s.ramBytes = n
 	s.memBytes = n + memoryHeadroom
 	if v, ok := ann[AnnotationMemory]; ok {
 		q, err := resource.ParseQuantity(v)
