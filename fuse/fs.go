@@ -72,6 +72,12 @@ type Config struct {
 	Debug       bool
 	// Control, when set, serves the control directory (.dataccel/).
 	Control Control
+	// AnnounceAnyUser lets every user who sees the mount write
+	// .dataccel/prefetch. Otherwise only UID, GID's members and root can:
+	// with AllowOther, another user of the machine would steer this
+	// mount's prefetch and evict its cache. (A pod's mount is seen by the
+	// pod's containers alone.)
+	AnnounceAnyUser bool
 	// Preload: directory listings saved by an earlier mount (a manifest),
 	// installed before the mount serves. PreloadListed is when they were
 	// listed (no later than the manifest says): they are trusted for
@@ -678,7 +684,8 @@ func (f *FS) heal(dir string) {
 		}
 		f.healing[dir] = map[*fileNode]bool{}
 		f.healMu.Unlock()
-		due, disagree, warn := f.listingShows(dir, nodes)
+		judgedAt := f.ns.now()
+		judged, due, disagree, warn := f.listingShows(dir, nodes)
 		for _, n := range warn {
 			f.log.Warn("the store's GET of an object disagrees with its LIST (another size or ETag, or not found) after a listing made since: "+
 				"its reads fail ESTALE until the store agrees", "key", n.obj.Key, "listed_size", n.obj.Size, "listed_etag", n.obj.ETag)
@@ -688,7 +695,7 @@ func (f *FS) heal(dir string) {
 				"dir", dir, "files", len(nodes)-disagree)
 		}
 		if due {
-			if err := (<-f.ns.fetchShared(dir)).Err; err != nil {
+			if err := (<-f.ns.fetchShared(dir, judged, judgedAt)).Err; err != nil {
 				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
 					"dir", dir, "err", err)
 				continue
@@ -714,10 +721,10 @@ func (f *FS) heal(dir string) {
 // failing read list the directory again.) disagree counts the nodes whose
 // version a listing made after their failure still shows: the store's last
 // word, which its GETs refuse; warn holds those not reported before.
-func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (due bool, disagree int, warn []*fileNode) {
-	l := f.ns.held(dir)
+func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (l *listing, due bool, disagree int, warn []*fileNode) {
+	l = f.ns.held(dir)
 	if l == nil {
-		return false, 0, nil
+		return nil, false, 0, nil
 	}
 	f.healMu.Lock()
 	defer f.healMu.Unlock()
@@ -737,7 +744,7 @@ func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (due bool, disag
 			}
 		}
 	}
-	return due, disagree, warn
+	return l, due, disagree, warn
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.

@@ -124,21 +124,29 @@ func (ns *namespace) fresh(l *listing, now time.Time) bool {
 // listing serves for the ttl and the time its relisting takes), and marks
 // it used; otherwise nil.
 func (ns *namespace) serving(dir string) *listing {
+	l, _ := ns.servingOrHeld(dir)
+	return l
+}
+
+// servingOrHeld is serving that also returns the listing held for dir,
+// serving or not (nil if none).
+func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
 	if l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir]) {
-		return l.use()
+		return l.use(), l
 	}
-	return nil
+	return nil, l
 }
 
 // listAt is list that also re-fetches a listing built before notBefore.
 func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time) (*listing, error) {
-	if l := ns.serving(dir); l != nil && !l.at.Before(notBefore) {
+	l, held := ns.servingOrHeld(dir)
+	if l != nil && !l.at.Before(notBefore) {
 		return l, nil
 	}
-	ch := ns.fetchShared(dir)
+	ch := ns.fetchShared(dir, held, notBefore)
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -154,8 +162,16 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 // and returns the channel its result comes on. The fetch runs on the
 // mount's context (ns.bg) so that one caller's interrupt does not fail the
 // others sharing it; a caller still stops waiting on its own.
-func (ns *namespace) fetchShared(dir string) <-chan singleflight.Result {
+//
+// held is the listing the caller found wanting (nil if none). A fetch
+// that ended between the caller's look and this call installed a newer
+// one: when that is fresh and made since notBefore, it is the answer, with
+// no second LIST.
+func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time) <-chan singleflight.Result {
 	return ns.sf.DoChan(dir, func() (any, error) {
+		if l := ns.installedSince(dir, held, notBefore); l != nil {
+			return l, nil
+		}
 		fctx, cancel := context.WithTimeout(ns.bg, 5*time.Minute)
 		defer cancel()
 		l, err := ns.fetch(fctx, dir)
@@ -182,6 +198,18 @@ func (ns *namespace) fetchShared(dir string) <-chan singleflight.Result {
 		}
 		return l, nil
 	})
+}
+
+// installedSince returns dir's listing if it replaced held, is fresh and
+// was made since notBefore; otherwise nil.
+func (ns *namespace) installedSince(dir string, held *listing, notBefore time.Time) *listing {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	l := ns.dirs[dir]
+	if l != nil && l != held && ns.fresh(l, ns.now()) && !l.at.Before(notBefore) {
+		return l
+	}
+	return nil
 }
 
 // changedNames returns the names that a and b (sorted listings of one
@@ -270,7 +298,7 @@ func (ns *namespace) relistDue(ctx context.Context) {
 			ns.mu.Unlock()
 			var err error
 			select {
-			case r := <-ns.fetchShared(dir):
+			case r := <-ns.fetchShared(dir, l, time.Time{}):
 				err = r.Err
 			case <-ctx.Done():
 				err = ctx.Err()

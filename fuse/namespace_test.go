@@ -485,3 +485,36 @@ func TestChangedNames(t *testing.T) {
 		t.Errorf("a listing against itself: %v, want none", got)
 	}
 }
+
+// TestConcurrentListsShareOne: callers that find no listing at the same
+// moment share one LIST, also when the LIST ends between one caller's look
+// for a listing and its join of the fetch (that caller used to list again).
+func TestConcurrentListsShareOne(t *testing.T) {
+	objs := map[string][]byte{"d/a": nil, "d/b": nil}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const rounds, callers = 2000, 8
+	extra := 0
+	for range rounds {
+		st := store.NewCounting(memStore{objs: objs})
+		ns := newNamespace(t.Context(), st, time.Hour, discard)
+		start := make(chan struct{})
+		errs := make(chan error, callers)
+		for range callers {
+			go func() {
+				<-start
+				_, err := ns.list(t.Context(), "d/")
+				errs <- err
+			}()
+		}
+		close(start)
+		for range callers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		extra += int(st.C.Lists.Load()) - 1
+	}
+	if extra != 0 {
+		t.Fatalf("%d LISTs beyond one per directory in %d rounds of %d concurrent callers", extra, rounds, callers)
+	}
+}
