@@ -349,6 +349,9 @@ func checkPod(t *testing.T, o deploy.Object, spec *corev1.PodSpec, objs []deploy
 	if !slices.Contains(args, "--allow-other") {
 		t.Error("sidecar lacks --allow-other: the trainer runs as another uid")
 	}
+	if !slices.Contains(args, "--announce-any-user") {
+		t.Error("sidecar lacks --announce-any-user: the trainer, another uid, could not announce its order")
+	}
 }
 
 func prop(m corev1.VolumeMount) string {

@@ -121,7 +121,11 @@ var (
 )
 
 func (a *announceFile) Getattr(ctx context.Context, _ gofs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o666
+	// The kernel checks these bits (default_permissions).
+	out.Mode = syscall.S_IFREG | 0o664
+	if a.fsys.cfg.AnnounceAnyUser {
+		out.Mode |= 0o002
+	}
 	out.Nlink = 1
 	out.Owner = gofuse.Owner{Uid: a.fsys.cfg.UID, Gid: a.fsys.cfg.GID}
 	return 0

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -548,4 +550,54 @@ func firstDiff(a, b []string) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestAnnounceWhoMay: on an allow_other mount, .dataccel/prefetch takes an
+// order from the mount's owner, its group's members and root; another user
+// gets EACCES and announces nothing, unless AnnounceAnyUser opens it.
+func TestAnnounceWhoMay(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "writing as other users needs root")
+	}
+	const owner, group, other = 4242, 4343, 5151
+	tests := []struct {
+		name     string
+		anyUser  bool
+		uid, gid uint32
+		want     bool // the write is taken
+	}{
+		{"root", false, 0, 0, true},
+		{"the owner", false, owner, other, true},
+		{"the group", false, other, group, true},
+		{"another user", false, other, other, false},
+		{"another user, any user allowed", true, other, other, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctl := &recordingControl{}
+			m := mountCfg(t, Config{Store: memStore{objs: map[string][]byte{"c0/f0": {1}}}, MetadataTTL: time.Hour,
+				Control: ctl, AllowOther: true, UID: owner, GID: group, AnnounceAnyUser: tt.anyUser})
+			// t.TempDir's parent is 0700: the other users must reach the mount.
+			if err := os.Chmod(filepath.Dir(m.Dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(m.Dir, ControlDir, "prefetch")
+			cmd := exec.Command("sh", "-c", `printf 'c0/f0\n' > "$1" && sync "$1"`, "sh", file)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: tt.uid, Gid: tt.gid, NoSetGroups: true}}
+			out, err := cmd.CombinedOutput()
+			switch {
+			case tt.want && err != nil:
+				t.Fatalf("uid %d gid %d could not announce: %v: %s", tt.uid, tt.gid, err, out)
+			case !tt.want && err == nil:
+				t.Fatalf("uid %d gid %d announced on a mount of uid %d gid %d", tt.uid, tt.gid, owner, group)
+			case !tt.want && !strings.Contains(string(out), "Permission denied"):
+				t.Fatalf("uid %d gid %d: %s; want Permission denied", tt.uid, tt.gid, out)
+			}
+			// sync(1) on the file fsyncs it: the order is in effect (or
+			// refused) by now.
+			if got := len(ctl.announced()); got != map[bool]int{true: 1, false: 0}[tt.want] {
+				t.Fatalf("%d announcements", got)
+			}
+		})
+	}
 }

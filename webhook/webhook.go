@@ -415,6 +415,9 @@ func (c Config) sidecarArgs(s settings) []string {
 		// The trainer runs as another uid; without allow_other the kernel
 		// refuses it (and the container runtime) access to the mount.
 		"--allow-other",
+		// The pod's containers alone see the mount: whatever user the
+		// trainer runs as may announce its order.
+		"--announce-any-user",
 	)
 	// The kubelet expands $(VAR) in args, and turns $$ into $: a prefix or
 	// a path from an annotation must reach the sidecar as written (else

@@ -258,7 +258,7 @@ func TestInject(t *testing.T) {
 			if got := s.Args[1:3]; got[1] != tt.wantMount {
 				t.Fatalf("sidecar mounts at %v, want %s", got, tt.wantMount)
 			}
-			if !contains(s.Args, "--allow-other") || !contains(s.Args, "--endpoint=http://minio.storage.svc:9000") {
+			if !contains(s.Args, "--allow-other") || !contains(s.Args, "--announce-any-user") || !contains(s.Args, "--endpoint=http://minio.storage.svc:9000") {
 				t.Fatalf("args %v", s.Args)
 			}
 			for _, e := range s.Env {

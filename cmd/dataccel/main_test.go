@@ -452,19 +452,22 @@ func TestBenchRunUsageErrors(t *testing.T) {
 
 // TestOwnerAndOtherUsers: --uid and --gid set the owner shown for files and
 // directories; another user reads the mount only with --allow-other (the
-// kernel refuses everyone but the mounting user otherwise).
+// kernel refuses everyone but the mounting user otherwise), and announces an
+// order only with --announce-any-user too.
 func TestOwnerAndOtherUsers(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "o/train/a.bin", []byte("alpha"))
 	for _, tc := range []struct {
-		name      string
-		args      []string
-		uid, gid  uint32
-		otherRead bool
+		name          string
+		args          []string
+		uid, gid      uint32
+		otherRead     bool
+		otherAnnounce bool
 	}{
-		{"default", nil, uint32(os.Getuid()), uint32(os.Getgid()), false},
-		{"owner given", []string{"--uid", "1234", "--gid", "5678"}, 1234, 5678, false},
-		{"allow other", []string{"--allow-other"}, uint32(os.Getuid()), uint32(os.Getgid()), true},
+		{"default", nil, uint32(os.Getuid()), uint32(os.Getgid()), false, false},
+		{"owner given", []string{"--uid", "1234", "--gid", "5678"}, 1234, 5678, false, false},
+		{"allow other", []string{"--allow-other"}, uint32(os.Getuid()), uint32(os.Getgid()), true, false},
+		{"allow other, any announcer", []string{"--allow-other", "--announce-any-user"}, uint32(os.Getuid()), uint32(os.Getgid()), true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A mount point another user can reach: t.TempDir's are 0700.
@@ -489,6 +492,12 @@ func TestOwnerAndOtherUsers(t *testing.T) {
 			out, err := cat.CombinedOutput()
 			if read := err == nil && string(out) == "alpha"; read != tc.otherRead {
 				t.Fatalf("another user read %q, %v; want a read: %v", out, err, tc.otherRead)
+			}
+			announce := exec.Command("sh", "-c", `printf 'train/a.bin\n' > "$1"`, "sh", filepath.Join(m.dir, ".dataccel", "prefetch"))
+			announce.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			out, err = announce.CombinedOutput()
+			if announced := err == nil; announced != tc.otherAnnounce {
+				t.Fatalf("another user's announcement: %q, %v; want it taken: %v", out, err, tc.otherAnnounce)
 			}
 		})
 	}

@@ -35,6 +35,7 @@ import (
 type mountFlags struct {
 	s3          s3Flags
 	allowOther  bool
+	anyAnnounce bool
 	uid, gid    int
 	metadataTTL time.Duration
 	debugFUSE   bool
@@ -70,6 +71,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	f.s3.register(fl)
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let users other than the mounting one read the mount (FUSE allow_other)")
+	fl.BoolVar(&f.anyAnnounce, "announce-any-user", false, "let every user who sees the mount write an order to .dataccel/prefetch (with --allow-other: any user of the machine); by default only --uid, members of --gid and root can")
 	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories (default: the caller's)")
 	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories (default: the caller's)")
 	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted (datasets rarely change under training); listings are re-listed in the background before it passes")
@@ -533,6 +535,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		UID:                uint32(f.uid),
 		GID:                uint32(f.gid),
 		AllowOther:         f.allowOther,
+		AnnounceAnyUser:    f.anyAnnounce,
 		Logger:             logger,
 		Debug:              f.debugFUSE,
 		Control:            control{loader: loader, stats: stats},
