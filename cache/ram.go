@@ -34,6 +34,11 @@ type RAM struct {
 	// Get and Contains look here too: a block fetched and put a moment ago
 	// must not be fetched again.
 	held map[Key]*ramEntry // guarded by mu
+	// forgetting counts the Forgets of a key under way. A Put meanwhile is
+	// dropped: between Forget's removal from held and its delete from
+	// ristretto, a Put would be held and then deleted from ristretto,
+	// held for ever (served, never evicted, not counted).
+	forgetting map[Key]int // guarded by mu
 }
 
 // ramEntry keeps the full key beside the block so that a hash collision in
@@ -93,6 +98,7 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 func (r *RAM) setVictim(fn func(Key, []byte)) {
 	r.mu.Lock()
 	r.held = make(map[Key]*ramEntry)
+	r.forgetting = make(map[Key]int)
 	r.mu.Unlock()
 	r.victim.Store(&fn)
 }
@@ -172,6 +178,11 @@ func (r *RAM) Put(k Key, b []byte) {
 			r.mu.Unlock()
 			return
 		}
+		if r.forgetting[k] > 0 {
+			r.mu.Unlock()
+			r.stats.RAMDropped.Add(1)
+			return
+		}
 		r.held[k] = e
 		r.mu.Unlock()
 	}
@@ -185,13 +196,25 @@ func (r *RAM) Put(k Key, b []byte) {
 
 // Forget drops the block for k, if held, without giving it to the victim:
 // its bytes live elsewhere now (a local copy of the whole object).
+//
+// r.mu is not held across the delete from ristretto: that may wait for
+// ristretto's buffer, which its eviction callbacks (givenUp, under r.mu)
+// drain.
 func (r *RAM) Forget(k Key) {
-	if r.victim.Load() != nil {
-		r.mu.Lock()
-		delete(r.held, k)
-		r.mu.Unlock()
+	if r.victim.Load() == nil {
+		r.c.Del(ramKey(k))
+		return
 	}
+	r.mu.Lock()
+	delete(r.held, k)
+	r.forgetting[k]++
+	r.mu.Unlock()
 	r.c.Del(ramKey(k))
+	r.mu.Lock()
+	if r.forgetting[k]--; r.forgetting[k] == 0 {
+		delete(r.forgetting, k)
+	}
+	r.mu.Unlock()
 }
 
 // Reserve gives n bytes of the tier's bound to memory held elsewhere (the

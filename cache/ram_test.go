@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -115,5 +116,44 @@ func TestRAMPutTwice(t *testing.T) {
 	}
 	if given.Load() != 0 || stats.RAMDropped.Load() != 0 {
 		t.Fatalf("%d blocks given up, %d dropped; want none", given.Load(), stats.RAMDropped.Load())
+	}
+}
+
+// TestRAMForgetRacesPut: a Forget racing a Put of the same block leaves
+// the tier holding the block in ristretto (counted, evictable) or not at
+// all; never in held alone, where it was served and drained to disk for
+// ever, never evicted, and not counted in RAMBytes.
+func TestRAMForgetRacesPut(t *testing.T) {
+	stats := new(Stats)
+	ram, err := NewRAM(64<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	ram.setVictim(func(Key, []byte) {})
+	heldAlone := 0
+	for i := range 3000 {
+		k := testKey(keyName(i), 0)
+		ram.Put(k, blockFor(k, 4<<10))
+		ram.Flush()
+		var wg sync.WaitGroup
+		wg.Go(func() { ram.Forget(k) })
+		wg.Go(func() { ram.Put(k, blockFor(k, 4<<10)) })
+		wg.Wait()
+		ram.Flush()
+		ram.mu.Lock()
+		_, held := ram.held[k]
+		ram.mu.Unlock()
+		if _, stored := ram.c.Get(ramKey(k)); held && !stored {
+			heldAlone++
+		}
+	}
+	if heldAlone > 0 {
+		t.Fatalf("%d of 3000 blocks held but not in ristretto after a Forget raced their Put", heldAlone)
+	}
+	ram.mu.Lock()
+	defer ram.mu.Unlock()
+	if len(ram.forgetting) != 0 {
+		t.Fatalf("%d keys still marked as being forgotten", len(ram.forgetting))
 	}
 }
