@@ -11,10 +11,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 FUZZ_EXECS      ?= 100000
 FUZZ_EXECS_SCAN ?= 250000
 
-.PHONY: build deps test fuzz demo bench compare compare-random vet clean
+.PHONY: build install deps test fuzz demo bench compare compare-random vet clean
+PREFIX  ?= /usr/local
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/dataccel
+
+# The examples in README.md call the binary as `dataccel`.
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/dataccel
 
 deps:
 	./scripts/deps.sh

@@ -181,6 +181,7 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 	states := make([]*pathState, len(sources))
 	var announceErr error
 	announced := 0
+	var plain []string // directories outside a mount, read without announcing
 	for i, src := range sources {
 		if d, ok := src.(DirSource); ok && cfg.PythonOpen {
 			d.PythonOpen = true
@@ -209,15 +210,13 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 				st.fetched = mountCounter(f)
 			}
 		}
-		if cfg.Announce {
-			if src.Kind() != "dir" {
-				cfg.Logger.Warn("announce applies to mounts only; skipped", "path", src.String())
-			} else if st.ctl, err = findAnnouncer(src.String()); err != nil {
-				// Beside a mount, a plain directory (the local-disk
-				// reference) is read without an announcement; alone,
-				// asking to announce to it is a mistake.
+		if cfg.Announce && src.Kind() == "dir" {
+			// Beside a mount, a plain directory (the local-disk
+			// reference) is read without an announcement, as direct
+			// GETs are; alone, asking to announce to it is a mistake.
+			if st.ctl, err = findAnnouncer(src.String()); err != nil {
 				announceErr = errors.Join(announceErr, err)
-				cfg.Logger.Warn("not a dataccel mount: read without announcing", "path", src.String())
+				plain = append(plain, src.String())
 			} else {
 				announced++
 			}
@@ -226,8 +225,15 @@ func Run(ctx context.Context, cfg RunConfig, sources ...Source) (*Result, error)
 		res.Paths = append(res.Paths, PathResult{Path: src.String(), Kind: src.Kind(), Files: len(files),
 			Readers: st.readers, ListS: time.Since(t0).Seconds(), Epochs: []EpochResult{}})
 	}
-	if cfg.Announce && announced == 0 && announceErr != nil {
+	switch {
+	case !cfg.Announce || announced > 0:
+		for _, p := range plain {
+			cfg.Logger.Warn("not a dataccel mount: read without announcing", "path", p)
+		}
+	case announceErr != nil:
 		return nil, fmt.Errorf("run: --announce: %w", announceErr)
+	default:
+		return nil, errors.New("run: --announce: no path is a dataccel mount (s3:// paths are read with GETs: there is no order to announce to them)")
 	}
 	if err := probeBounds(ctx, cfg, res, sources); err != nil {
 		return nil, err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dataccel/dataccel/store"
 )
 
 func TestPercentile(t *testing.T) {
@@ -324,6 +326,10 @@ func TestAnnounce(t *testing.T) {
 	if got, _ := os.ReadFile(ctl); len(got) == 0 {
 		t.Error("the mount's control file was not written when a plain directory ran beside it")
 	}
+	// Direct GETs alone: nothing to announce to.
+	if _, err := Run(context.Background(), RunConfig{Announce: true}, StoreSource{Store: oneFileStore{}}); err == nil || !strings.Contains(err.Error(), "no path is a dataccel mount") {
+		t.Errorf("announce with direct GETs alone: err = %v", err)
+	}
 }
 
 func TestParseFileList(t *testing.T) {
@@ -541,4 +547,11 @@ func TestShortNameKeepsRunes(t *testing.T) {
 	if shortName("short") != "short" {
 		t.Error("a short name was changed")
 	}
+}
+
+// oneFileStore lists one object; nothing else is asked of it.
+type oneFileStore struct{ store.Store }
+
+func (oneFileStore) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	return fn(store.Object{Key: prefix + "a.JPEG", Size: 1, ETag: "e"})
 }

@@ -116,7 +116,12 @@ func newBenchGenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gen --to s3://bucket/prefix|DIR",
 		Short: "Generate an ImageNet-like dataset: incompressible JPEG-like files, or compressible text",
-		Args:  cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("bench gen takes no arguments: give where to write with --to %s", args[0])}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to == "" {
 				return usageError{errors.New("--to is required")}
@@ -299,7 +304,12 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			var sources []bench.Source
 			for _, a := range args {
 				if !strings.HasPrefix(a, "s3://") {
-					if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
+					switch fi, err := os.Stat(a); {
+					case errors.Is(err, fs.ErrNotExist):
+						return usageError{fmt.Errorf("%s: no such directory (a directory, such as a mount's, or an s3:// URL)", a)}
+					case err != nil:
+						return usageError{err}
+					case !fi.IsDir():
 						return usageError{fmt.Errorf("%s: not a directory or s3:// URL", a)}
 					}
 					sources = append(sources, bench.DirSource{Root: a})

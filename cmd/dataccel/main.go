@@ -100,6 +100,8 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
+	root.Version = version // --version, as the version command
+	root.SetVersionTemplate("dataccel {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(

@@ -108,6 +108,13 @@ func TestMountErrors(t *testing.T) {
 			wantMsg: "refused the request (a wrong region? check --region)", checkMounted: true},
 		{name: "missing bucket", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://no-such-bucket-x", "MNT"},
 			wantMsg: `bucket "no-such-bucket-x" does not exist`, checkMounted: true},
+		// Not "a wrong region?": the name is the cause.
+		{name: "invalid bucket name", args: []string{"mount", "--endpoint", srv.Endpoint, "s3://My_Bucket/x", "MNT"},
+			wantMsg: `bucket "My_Bucket" at ` + srv.Endpoint + " failed, and its name is not an S3 bucket name", checkMounted: true},
+		// A MinIO user who forgot --endpoint reaches for AWS, which this
+		// machine cannot resolve or reach.
+		{name: "forgotten endpoint", args: []string{"mount", "--connect-timeout", "3s", "s3://" + st.Bucket(), "MNT"},
+			wantMsg: "(another S3 server than AWS? give its --endpoint)", maxDuration: 15 * time.Second, checkMounted: true},
 		{name: "secret as flag", args: []string{"mount", "--secret-key", "s3cr3t", "--endpoint", srv.Endpoint, "s3://" + st.Bucket(), "MNT"},
 			wantMsg: "not accepted as flags"},
 		{name: "credentials in the endpoint", args: []string{"mount", "--endpoint", strings.Replace(srv.Endpoint, "://", "://"+srv.AccessKey+":"+srv.SecretKey+"@", 1),
@@ -211,6 +218,10 @@ func TestVersion(t *testing.T) {
 	out, err := exec.Command(bin, "version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "dataccel ") {
 		t.Fatalf("version: %q %v", out, err)
+	}
+	flag, err := exec.Command(bin, "--version").Output()
+	if err != nil || string(flag) != string(out) {
+		t.Fatalf("--version: %q %v; want what the version command prints, %q", flag, err, out)
 	}
 }
 
@@ -359,11 +370,15 @@ func TestArgCountIsUsageError(t *testing.T) {
 		{"bench", "compare-report"},
 		{"mount", "s3://bucket"},
 		{"cache", "stat", "extra"},
+		{"bench", "gen", "s3://bucket/x"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 			t.Errorf("dataccel %v: %v, want exit 2; output:\n%s", args, err, out)
+		}
+		if args[1] == "gen" && !strings.Contains(string(out), "--to s3://bucket/x") {
+			t.Errorf("dataccel %v: %s; want the hint to give it with --to", args, out)
 		}
 	}
 }
@@ -447,6 +462,11 @@ func TestBenchRunUsageErrors(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.wantMsg) {
 			t.Errorf("bench run %v: %v, want exit 2 saying %q; output:\n%s", tc.args, err, tc.wantMsg, out)
 		}
+	}
+	missing := filepath.Join(dir, "train")
+	out, err := exec.Command(bin, "bench", "run", "-q", missing).CombinedOutput()
+	if want := missing + ": no such directory"; !strings.Contains(string(out), want) {
+		t.Errorf("bench run of a missing directory: %v, want %q; output:\n%s", err, want, out)
 	}
 }
 

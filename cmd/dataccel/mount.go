@@ -248,6 +248,7 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 		if p.cacheBytes > disk {
 			p.warnings = append(p.warnings, fmt.Sprintf("--cache-size %s is more than the size of the file system under --cache-dir, %s: "+
 				"its free space (down to --cache-min-free) bounds the cache instead", f.cacheSize, humanBytes(disk)))
+			p.cacheBytes = disk // as the cache sizes its segments and the log says
 		}
 		minFree, err := cache.ParseSizeOrPercent(f.cacheMinFree, disk)
 		if err != nil || minFree < 0 {

@@ -179,11 +179,18 @@ func checkStore(ctx context.Context, st *s3.Store, prefix string, cfg s3.Config,
 	if where == "" {
 		where = "AWS S3"
 	}
+	// A forgotten --endpoint sends a MinIO user's requests to AWS.
+	notAWS := ""
+	if cfg.Endpoint == "" {
+		notAWS = " (another S3 server than AWS? give its --endpoint)"
+	}
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil: // a signal, not the endpoint
 		return fmt.Errorf("stopped while checking bucket %q at %s: %w", cfg.Bucket, where, context.Cause(ctx))
+	case s3.CheckBucketName(cfg.Bucket) != nil:
+		return fmt.Errorf("bucket %q at %s failed, and its name is not an S3 bucket name (%v): %w", cfg.Bucket, where, s3.CheckBucketName(cfg.Bucket), err)
 	case errors.Is(err, store.ErrNoBucket):
 		return noBucketError{bucket: cfg.Bucket, where: where}
 	case errors.Is(err, store.ErrAccess):
@@ -193,9 +200,9 @@ func checkStore(ctx context.Context, st *s3.Store, prefix string, cfg s3.Config,
 		// the region), or a request it does not take.
 		return fmt.Errorf("bucket %q at %s refused the request (a wrong region? check --region): %w", cfg.Bucket, where, err)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return fmt.Errorf("endpoint %s unreachable: no answer within %s", where, timeout)
+		return fmt.Errorf("endpoint %s unreachable%s: no answer within %s", where, notAWS, timeout)
 	default:
-		return fmt.Errorf("endpoint %s unreachable or failing: %w", where, err)
+		return fmt.Errorf("endpoint %s unreachable or failing%s: %w", where, notAWS, err)
 	}
 }
 

@@ -28,6 +28,14 @@ import (
 	"github.com/dataccel/dataccel/store"
 )
 
+// CheckBucketName says why name is not a bucket name as S3 defines one
+// today (3-63 lower-case letters, digits, '.' and '-'), or returns nil.
+// Some stores take other names (AWS's oldest buckets, Ceph relaxed), so it
+// explains a failure; it refuses nothing by itself.
+func CheckBucketName(name string) error {
+	return s3utils.CheckValidBucketNameStrict(name)
+}
+
 // Credentials are static keys; an empty AccessKey means anonymous access.
 type Credentials struct {
 	AccessKey    string
