@@ -39,6 +39,12 @@ type RAM struct {
 	// ristretto, a Put would be held and then deleted from ristretto,
 	// held for ever (served, never evicted, not counted).
 	forgetting map[Key]int // guarded by mu
+
+	// life keeps ristretto's channels open while a call sends on them:
+	// its Close closes them before it marks itself closed, and a send then
+	// panics (a reader of a file still open on a detached mount, at exit).
+	life   sync.RWMutex
+	closed bool // guarded by life
 }
 
 // ramEntry keeps the full key beside the block so that a hash collision in
@@ -143,7 +149,7 @@ func ramKey(k Key) string {
 
 // Get returns the block for k. The slice must not be modified.
 func (r *RAM) Get(k Key) ([]byte, bool) {
-	e, ok := r.c.Get(ramKey(k))
+	e, ok := r.get(k)
 	if !ok || e == nil || e.key != k {
 		if e = r.pending(k); e == nil {
 			r.stats.RAMMisses.Add(1)
@@ -187,7 +193,10 @@ func (r *RAM) Put(k Key, b []byte) {
 		r.mu.Unlock()
 	}
 	r.stats.RAMBytes.Add(int64(cap(b))) // before Set: OnExit may run at once
-	if !r.c.Set(ramKey(k), e, int64(cap(b))) {
+	r.life.RLock()
+	set := !r.closed && r.c.Set(ramKey(k), e, int64(cap(b)))
+	r.life.RUnlock()
+	if !set {
 		r.stats.RAMBytes.Add(-int64(cap(b)))
 		r.stats.RAMDropped.Add(1)
 		r.givenUp(e)
@@ -202,19 +211,28 @@ func (r *RAM) Put(k Key, b []byte) {
 // drain.
 func (r *RAM) Forget(k Key) {
 	if r.victim.Load() == nil {
-		r.c.Del(ramKey(k))
+		r.del(k)
 		return
 	}
 	r.mu.Lock()
 	delete(r.held, k)
 	r.forgetting[k]++
 	r.mu.Unlock()
-	r.c.Del(ramKey(k))
+	r.del(k)
 	r.mu.Lock()
 	if r.forgetting[k]--; r.forgetting[k] == 0 {
 		delete(r.forgetting, k)
 	}
 	r.mu.Unlock()
+}
+
+// del deletes k from ristretto unless the tier is closed.
+func (r *RAM) del(k Key) {
+	r.life.RLock()
+	defer r.life.RUnlock()
+	if !r.closed {
+		r.c.Del(ramKey(k))
+	}
 }
 
 // Reserve gives n bytes of the tier's bound to memory held elsewhere (the
@@ -227,10 +245,24 @@ func (r *RAM) Reserve(n int64) {
 
 // Flush waits until earlier Puts are applied (ristretto buffers them), so a
 // Get after Flush sees them unless they were dropped. For tests and warm-up.
-func (r *RAM) Flush() { r.c.Wait() }
+func (r *RAM) Flush() {
+	r.life.RLock()
+	defer r.life.RUnlock()
+	if !r.closed {
+		r.c.Wait()
+	}
+}
 
-// Close releases the cache; the RAM tier must not be used afterwards.
-func (r *RAM) Close() { r.c.Close() }
+// Close releases the cache. Afterwards the tier holds nothing, Puts are
+// dropped and Gets miss.
+func (r *RAM) Close() {
+	r.life.Lock()
+	defer r.life.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.c.Close()
+	}
+}
 
 // fullFor: a tier that evicted or refused a block this recently is full.
 const fullFor = 2 * time.Second
@@ -256,6 +288,17 @@ func (r *RAM) Contains(k Key) bool {
 	if r.victim.Load() != nil {
 		return r.pending(k) != nil
 	}
-	e, ok := r.c.Get(ramKey(k))
+	e, ok := r.get(k)
 	return ok && e != nil && e.key == k
+}
+
+// get looks k up in ristretto unless the tier is closed (a Get counts a
+// use in its policy, which Close closes).
+func (r *RAM) get(k Key) (*ramEntry, bool) {
+	r.life.RLock()
+	defer r.life.RUnlock()
+	if r.closed {
+		return nil, false
+	}
+	return r.c.Get(ramKey(k))
 }
