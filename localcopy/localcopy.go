@@ -29,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -53,8 +55,18 @@ type Opener interface {
 	Open(obj store.Object) Reader
 }
 
-// ErrNoRoom: the copy would not fit the budget beside the copies in use.
+// ErrNoRoom: the copy would not fit the budget beside the copies in use,
+// or the file system's free space above its floor.
 var ErrNoRoom = errors.New("localcopy: no room in the budget")
+
+// errFailedLately: this version's copy failed less than retryAfter ago.
+var errFailedLately = errors.New("localcopy: failed lately")
+
+// retryAfter is how long a failed copy is not tried again: each try
+// fetches and writes the whole object, gigabytes, and a file a job opens
+// over and over would otherwise repeat a failure (a full disk, a store
+// error) on every open.
+const retryAfter = time.Minute
 
 // Stats are the copies' counters.
 type Stats struct {
@@ -78,6 +90,13 @@ type Options struct {
 	Source string
 	// Chunk is how much one read of the Opener asks for (default 8 MiB).
 	Chunk int
+	// MinFree is the share of the file system under the directory that
+	// copies leave free (as the disk cache's floor): a copy that would
+	// cross it is not made.
+	MinFree float64
+	// DiskFree returns the bytes free (for an unprivileged writer) and the
+	// size of the file system holding dir; nil is statfs(2).
+	DiskFree func(dir string) (free, size int64, err error)
 	// Made, if set, is called after a copy of obj is made: the source may
 	// drop what it holds of obj (the copy has every byte).
 	Made   func(obj store.Object)
@@ -100,12 +119,19 @@ type Copies struct {
 	seq    atomic.Int64 // names temporary files
 	bufs   sync.Pool    // of *[]byte, Options.Chunk long
 	warned atomic.Bool  // a failed copy was logged at warn level
+	// warnedRoom: a copy refused for want of room was logged at warn level.
+	warnedRoom atomic.Bool
 
-	mu     sync.Mutex
-	byKey  map[string]*entry // guarded by mu: one entry per object version
-	lru    list.List         // guarded by mu: unpinned complete entries, least recently used first
-	used   int64             // guarded by mu: bytes reserved by every entry
-	closed bool              // guarded by mu
+	mu    sync.Mutex
+	byKey map[string]*entry // guarded by mu: one entry per object version
+	lru   list.List         // guarded by mu: unpinned complete entries, least recently used first
+	used  int64             // guarded by mu: bytes reserved by every entry
+	// writing is the bytes of the copies being written: not on the disk
+	// yet, they already count against its free space.
+	writing int64                // guarded by mu
+	failed  map[string]time.Time // guarded by mu: versionKey -> when its copy last failed
+	now     func() time.Time     // time.Now; tests move it
+	closed  bool                 // guarded by mu
 }
 
 // entry is one object version's copy, being made or made.
@@ -177,12 +203,15 @@ func New(dir string, src Opener, opts Options) (*Copies, error) {
 	if opts.Stats == nil {
 		opts.Stats = &Stats{}
 	}
+	if opts.DiskFree == nil {
+		opts.DiskFree = statfs
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local copies: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Copies{dir: dir, src: src, opts: opts, log: opts.Logger, stats: opts.Stats,
-		ctx: ctx, stop: stop, byKey: map[string]*entry{}}
+		ctx: ctx, stop: stop, byKey: map[string]*entry{}, failed: map[string]time.Time{}, now: time.Now}
 	if err := c.adopt(); err != nil {
 		stop()
 		return nil, err
@@ -205,6 +234,10 @@ func (c *Copies) adopt() error {
 		c.log.Warn("local copies: index unreadable; removing the copies", "dir", c.dir, "err", err)
 	}
 	if idx.Version != 1 || idx.Source != c.opts.Source {
+		if len(idx.Copies) > 0 {
+			c.log.Warn("local copies: those in the directory came from another store (endpoint or bucket); removing them",
+				"dir", c.dir, "copies", len(idx.Copies))
+		}
 		idx.Copies = nil
 	}
 	// Most recently used first, while they fit the budget.
@@ -250,6 +283,12 @@ func (c *Copies) adopt() error {
 // An error means there is no copy: the caller reads obj another way.
 func (c *Copies) Acquire(ctx context.Context, obj store.Object) (*os.File, func(), error) {
 	e, err := c.pin(obj)
+	switch {
+	case errors.Is(err, errFailedLately): // counted when it failed
+		return nil, nil, err
+	case errors.Is(err, ErrNoRoom) && c.warnedRoom.CompareAndSwap(false, true):
+		c.log.Warn("local copy not made for want of room; the file is read through the block cache instead (further ones are not logged)", "err", err)
+	}
 	if err != nil {
 		c.stats.Failed.Add(1)
 		return nil, nil, err
@@ -299,6 +338,8 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
 	var evicted []string
 	defer removeFiles(&evicted) // after the unlock below
+	// Asked before the lock (no I/O under it); a new copy needs it.
+	free, size, ferr := c.opts.DiskFree(c.dir)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -324,16 +365,45 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 		}
 		return e, nil
 	}
+	if at, ok := c.failed[key]; ok {
+		if c.now().Sub(at) < retryAfter {
+			return nil, fmt.Errorf("local copy of %s: %w", obj.Key, errFailedLately)
+		}
+		delete(c.failed, key)
+	}
+	switch floor := int64(c.opts.MinFree * float64(size)); {
+	case ferr != nil:
+		return nil, fmt.Errorf("local copy of %s: free space of %s: %w", obj.Key, c.dir, ferr)
+	case free-c.writing-obj.Size < floor:
+		// Copies of other versions or files removed for room would free
+		// some; the floor is a bound, not a target: no copy this time.
+		return nil, fmt.Errorf("local copy of %s (%d bytes): %d bytes free on the disk, %d being written, %d kept free: %w",
+			obj.Key, obj.Size, free, c.writing, floor, ErrNoRoom)
+	}
+	c.staleLocked(obj, &evicted)
 	if !c.roomLocked(obj.Size, &evicted) {
 		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
 	}
 	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
 	c.byKey[key] = e
 	c.used += obj.Size
+	c.writing += obj.Size
 	c.wg.Add(1)
 	c.stats.Inflight.Add(1)
 	go c.make(e, obj, false)
 	return e, nil
+}
+
+// staleLocked removes the unpinned copies of other versions of obj's key:
+// the listing that gave obj says they are gone from the store. (A pinned
+// one is removed when room is needed, least recently used first.)
+func (c *Copies) staleLocked(obj store.Object, evicted *[]string) {
+	for _, e := range c.byKey {
+		if e.objKey == obj.Key && e.elem != nil && (e.etag != obj.ETag || e.size != obj.Size) {
+			*evicted = append(*evicted, c.removeLocked(e))
+			c.stats.Evicted.Add(1)
+		}
+	}
 }
 
 // roomLocked removes unpinned copies, least recently used first, until n
@@ -442,14 +512,21 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if fresh {
+		c.writing -= e.size
+	}
 	if err != nil {
 		c.stats.Failed.Add(1)
 		switch {
 		case c.ctx.Err() != nil: // closing
 		case c.warned.CompareAndSwap(false, true):
-			c.log.Warn("local copy not made; the file is read through the mount (further failures are logged at debug level)", "key", obj.Key, "err", err)
+			c.log.Warn("local copy not made; the file is read through the block cache instead, and its copy not tried again for "+retryAfter.String()+
+				" (further failures are logged at debug level)", "key", obj.Key, "err", err)
 		default:
-			c.log.Debug("local copy not made; the file is read through the mount", "key", obj.Key, "err", err)
+			c.log.Debug("local copy not made", "key", obj.Key, "err", err)
+		}
+		if c.ctx.Err() == nil {
+			c.failedLocked(e.key)
 		}
 		e.err = err // its waiters read through the mount
 		if !stopped {
@@ -468,6 +545,32 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		}
 	}
 	close(e.done)
+}
+
+// failedLocked notes that key's copy failed now. Past maxFailed notes, the
+// expired ones go, and others if that is not enough.
+func (c *Copies) failedLocked(key string) {
+	if len(c.failed) >= maxFailed {
+		for k, at := range c.failed {
+			if c.now().Sub(at) >= retryAfter || len(c.failed) >= maxFailed {
+				delete(c.failed, k)
+			}
+		}
+	}
+	c.failed[key] = c.now()
+}
+
+// maxFailed bounds the failed copies remembered.
+const maxFailed = 4096
+
+// statfs returns the bytes free for an unprivileged writer and the size of
+// the file system holding dir.
+func statfs(dir string) (free, size int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), nil
 }
 
 // verify checks that the file at path holds size bytes hashing to want.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,9 +212,63 @@ func TestFailedCopy(t *testing.T) {
 		t.Fatalf("%d files left by failed copies", len(files))
 	}
 	m.fail["a"] = false
+	// Not tried again at once: each try reads the whole object.
+	opens := m.opens.Load()
+	if _, _, err := c.Acquire(context.Background(), obj("a", a)); !errors.Is(err, errFailedLately) || m.opens.Load() != opens {
+		t.Fatalf("Acquire right after a failed copy: %v after %d reads; want errFailedLately and no read", err, m.opens.Load()-opens)
+	}
+	c.mu.Lock()
+	c.now = func() time.Time { return time.Now().Add(retryAfter) }
+	c.mu.Unlock()
 	acquire(t, c, obj("a", a), a)() // the budget was given back
 	if got := c.stats.Failed.Load(); got != 2 {
 		t.Errorf("Failed %d, want 2", got)
+	}
+}
+
+// A copy that would leave less than MinFree of the file system free is
+// not made, and nothing is read for it; the bytes of copies being written
+// count as used.
+func TestDiskFloor(t *testing.T) {
+	a, b := payload(3000, 1), payload(3000, 2)
+	m := &memOpener{data: map[string][]byte{"a": a, "b": b}, gate: make(chan struct{})}
+	const free, size = 10_000, 100_000 // the floor: 5% of size, 5,000 bytes
+	c, err := New(filepath.Join(t.TempDir(), "copies"), m, Options{Budget: 1 << 20, Chunk: 1000, MinFree: 0.05,
+		DiskFree: func(string) (int64, int64, error) { return free, size, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, _, err := c.Acquire(ctx, obj("a", a)); done <- err }() // 3,000 being written
+	waitFor(t, func() bool { return c.stats.Inflight.Load() == 1 })
+	if _, _, err := c.Acquire(context.Background(), obj("b", b)); !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("a copy past the floor beside one being written: %v, want ErrNoRoom", err)
+	}
+	if n := m.opens.Load(); n != 1 {
+		t.Fatalf("%d objects read, want only the one within the floor", n)
+	}
+	close(m.gate)
+	cancel()
+	<-done
+	waitFor(t, func() bool { return c.stats.Inflight.Load() == 0 })
+	// Written, a copy counts in the free space the file system reports.
+	acquire(t, c, obj("b", b), b)()
+}
+
+// A copy of a new version of an object removes the unpinned copy of the
+// old one: the listing that gave the new version says the old is gone.
+func TestOldVersionRemoved(t *testing.T) {
+	old, cur := payload(3000, 1), payload(4000, 2)
+	m := &memOpener{data: map[string][]byte{"a": old}}
+	c, dir := newT(t, m, 1<<20)
+	acquire(t, c, obj("a", old), old)()
+	m.data["a"] = cur
+	acquire(t, c, store.Object{Key: "a", ETag: "e-new", Size: int64(len(cur))}, cur)()
+	files, _ := os.ReadDir(dir)
+	if len(files) != 1 || c.stats.Bytes.Load() != int64(len(cur)) {
+		t.Fatalf("%d files holding %d bytes after a new version's copy; want the new one alone, %d bytes", len(files), c.stats.Bytes.Load(), len(cur))
 	}
 }
 
@@ -346,10 +402,15 @@ func TestKeptForTheNextCopies(t *testing.T) {
 			var stats Stats
 			var made atomic.Int64 // Made calls: one per copy made, none for one adopted
 			m2 := &memOpener{data: m.data}
+			var logs lockedBuffer
 			c2, err := New(dir, m2, Options{Budget: budget, Source: source, Chunk: 1000, Stats: &stats,
-				Made: func(store.Object) { made.Add(1) }})
+				Made: func(store.Object) { made.Add(1) }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Removing another store's copies is said, not silent.
+			if warned := strings.Contains(logs.String(), "came from another store"); warned != (tc.source != "") {
+				t.Errorf("warned of another store's copies: %v; logs:\n%s", warned, logs.String())
 			}
 			t.Cleanup(func() { c2.Close() })
 			if files, _ := os.ReadDir(dir); len(files) != tc.wantKept || stats.Bytes.Load() != tc.wantBytes {
@@ -425,4 +486,32 @@ func TestCloseStopsCheck(t *testing.T) {
 	if stats3.Adopted.Load() != 1 || m3.opens.Load() != 0 {
 		t.Errorf("after a stopped check: adopted %d, store opens %d; want the kept copy adopted, no read of the store", stats3.Adopted.Load(), m3.opens.Load())
 	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -144,8 +144,11 @@ func TestForget(t *testing.T) {
 			t.Errorf("block %d of a forgotten object still cached", i)
 		}
 	}
-	if !l.Cached(kept) {
+	if l.Uncached(kept) != 0 {
 		t.Error("the other object's blocks were dropped")
+	}
+	if n := l.Uncached(gone); n != gone.Size {
+		t.Errorf("%d bytes of the forgotten object uncached, want all %d", n, gone.Size)
 	}
 	// Prefetch leaves a forgotten object alone (its copy holds it), until
 	// a read fetches it through the loader again.

@@ -425,15 +425,17 @@ func (l *Loader) pushFromTier(obj store.Object, k cache.Key, data []byte, land l
 	}
 }
 
-// Cached reports whether the cache tier has every block of obj, from its
-// index alone.
-func (l *Loader) Cached(obj store.Object) bool {
+// Uncached returns the bytes of obj's blocks that the cache tier lacks,
+// from its index alone: 0 when it has every block.
+func (l *Loader) Uncached(obj store.Object) int64 {
+	var n int64
 	for i := range l.numBlocks(obj) {
 		if !l.tierHas(l.key(obj, i)) {
-			return false
+			_, size := l.blockRange(obj, i)
+			n += size
 		}
 	}
-	return true
+	return n
 }
 
 // objVersion names an object version in Loader.copied.

@@ -286,6 +286,31 @@ func TestEmptyMountWarns(t *testing.T) {
 	}
 }
 
+// TestCacheDirEmptiedWhileMounted: a cache directory emptied from outside
+// while a mount uses it (a cleaner of /tmp) takes the next mount: the one
+// before wrote its manifest and policy state into it at exit, without the
+// marker, and the next one refused the directory as not a cache.
+func TestCacheDirEmptiedWhileMounted(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 12, 4<<10)
+	cacheDir := t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
+	m := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	ents, err := os.ReadDir(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(cacheDir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.unmount(t)
+	m2 := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m2.dir, files)
+}
+
 // TestManifestRedated: a relisting that finds nothing new makes the
 // listings younger, and the manifest says so: a remount after the first
 // listing's TTL but within the relisting's does no LIST. (The manifest kept

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/internal/testenv"
 )
@@ -531,18 +533,52 @@ func TestStaleReadyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := filepath.Join(t.TempDir(), "ready")
-	if err := os.WriteFile(ready, []byte("left from before\n"), 0o644); err != nil {
-		t.Fatal(err)
+	mountAt := func(t *testing.T, ready string) ([]byte, error) {
+		cmd := exec.Command(bin, "mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port), "--connect-timeout", "1s",
+			"--ready-file", ready, "s3://bucket", t.TempDir())
+		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s")
+		return cmd.CombinedOutput()
 	}
-	cmd := exec.Command(bin, "mount", "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port), "--connect-timeout", "1s",
-		"--ready-file", ready, "s3://bucket", t.TempDir())
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s")
-	if out, err := cmd.CombinedOutput(); err == nil {
-		t.Fatalf("mount against a closed port succeeded:\n%s", out)
-	}
-	if _, err := os.Stat(ready); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the old ready file is still there: %v", err)
+	t.Run("left by a mount", func(t *testing.T) {
+		ready := filepath.Join(t.TempDir(), "ready")
+		if err := os.WriteFile(ready, []byte("/mnt/data\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := mountAt(t, ready); err == nil {
+			t.Fatalf("mount against a closed port succeeded:\n%s", out)
+		}
+		if _, err := os.Stat(ready); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the old ready file is still there: %v", err)
+		}
+	})
+	// Anything else at the path is the user's: refused, and left as it was
+	// (root removed /dev/null given as the ready file).
+	for _, tc := range []struct {
+		name, want string
+		make       func(path string) error
+	}{
+		{"a directory", "is a directory", func(p string) error { return os.Mkdir(p, 0o755) }},
+		{"a device", "is a device", func(p string) error { return syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))) }},
+		{"another program's file", "not a ready file a mount left", func(p string) error { return os.WriteFile(p, []byte("keep me\n"), 0o644) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready := filepath.Join(t.TempDir(), "ready")
+			if err := tc.make(ready); err != nil {
+				testenv.Missing(t, "making %s: %v", tc.name, err)
+			}
+			before, err := os.Lstat(ready)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := mountAt(t, ready)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("mount with %s as the ready file: %v, want exit 2 saying %q; output:\n%s", tc.name, err, tc.want, out)
+			}
+			if after, err := os.Lstat(ready); err != nil || !os.SameFile(before, after) {
+				t.Fatalf("%s at the ready file's path was replaced or removed: %v", tc.name, err)
+			}
+		})
 	}
 }
 
@@ -872,5 +908,30 @@ func TestMountpointThroughSymlink(t *testing.T) {
 				t.Fatalf("read after the stale mount was replaced: %q %v\n%s", b, err, logs.String())
 			}
 		})
+	}
+}
+
+// TestEndpointID: ways of writing one endpoint name one store, for the
+// local copies and the saved listings a mount adopts.
+func TestEndpointID(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"http://minio:9000", "http://minio:9000/"},
+		{"http://minio:9000", "HTTP://MinIO:9000"},
+		{"https://s3.example.com", "https://s3.example.com:443/"},
+		{"http://[::1]:9000", "http://[::1]:9000/"},
+		{"", ""},
+	} {
+		if x, y := endpointID(tc.a), endpointID(tc.b); x != y {
+			t.Errorf("endpointID(%q) = %q, endpointID(%q) = %q; want one store", tc.a, x, tc.b, y)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"http://minio:9000", "http://minio:9001"},
+		{"http://minio:9000", "https://minio:9000"},
+		{"http://gw/a", "http://gw/b"},
+	} {
+		if endpointID(tc.a) == endpointID(tc.b) {
+			t.Errorf("endpointID(%q) = endpointID(%q) = %q; want two stores", tc.a, tc.b, endpointID(tc.a))
+		}
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -401,8 +403,15 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			return usageError{fmt.Errorf("--ready-file %s: cannot write in its directory: %w", f.readyFile, err)}
 		}
 		// One left by a mount that was killed would say ready too early.
-		if err := os.Remove(f.readyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("--ready-file %s: remove the one left from before: %w", f.readyFile, err)
+		// Only such a one is removed: the path is the user's, and root
+		// would remove a device or another program's file just as well.
+		switch left, err := readyFileLeft(f.readyFile); {
+		case err != nil:
+			return usageError{fmt.Errorf("--ready-file %s: %w", f.readyFile, err)}
+		case left:
+			if err := os.Remove(f.readyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("--ready-file %s: remove the one left from before: %w", f.readyFile, err)
+			}
 		}
 	}
 	f.s3.log = logger
@@ -453,7 +462,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	source := "s3://" + p.bucket + "/" + p.prefix
 	manifestPath := ""
 	if f.cacheDir != "" && p.manifestMode != "off" {
-		manifestPath = filepath.Join(f.cacheDir, manifestPrefix+shortHash(f.s3.endpoint+"\x00"+source)+".gob.gz")
+		manifestPath = filepath.Join(f.cacheDir, manifestPrefix+shortHash(endpointID(f.s3.endpoint)+"\x00"+source)+".gob.gz")
 	}
 	var (
 		preload       []store.ManifestDir
@@ -478,7 +487,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	closeCopies := func() {}
 	if f.cacheDir != "" && p.passthroughMin > 0 && p.localCopyBytes > 0 {
 		c, err := localcopy.New(filepath.Join(f.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
-			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), Made: loader.Forget,
+			Budget: p.localCopyBytes, Source: copiesSource(f, p), Chunk: int(p.blockSize), MinFree: p.minFree, Made: loader.Forget,
 			Logger: logger, Stats: &stats.copies})
 		if err != nil {
 			return err
@@ -621,6 +630,46 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	return nil
 }
 
+// readyFileLeft says whether a ready file, as a mount writes it (a regular
+// file holding a mountpoint's absolute path and a newline), is at path; an
+// error if something else is.
+func readyFileLeft(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	case !fi.Mode().IsRegular():
+		return false, fmt.Errorf("is a %s, not a ready file a mount left: give a path of its own", fileKind(fi.Mode()))
+	case fi.Size() > 4096:
+		return false, errors.New("a file that is not a ready file a mount left: give a path of its own")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	line, ok := strings.CutSuffix(string(b), "\n")
+	if !ok || !filepath.IsAbs(line) || strings.Contains(line, "\n") {
+		return false, errors.New("a file that is not a ready file a mount left: give a path of its own")
+	}
+	return true, nil
+}
+
+// fileKind names a file's type for a message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&(fs.ModeDevice|fs.ModeCharDevice) != 0:
+		return "device"
+	default:
+		return "special file"
+	}
+}
+
 // warnIfEmpty warns when nothing is under the mounted prefix: a typo in it
 // (or an object's key given as the prefix) would hand the job an empty
 // dataset without a word. Not an error: the data may land later.
@@ -651,7 +700,28 @@ const localCopyDir = "copies"
 // copies left in its --cache-dir only if they came from the same one. A
 // hash: the index keeps no endpoint in the clear.
 func copiesSource(f mountFlags, p mountPlan) string {
-	return shortHash(f.s3.endpoint + "\x00" + p.bucket)
+	return shortHash(endpointID(f.s3.endpoint) + "\x00" + p.bucket)
+}
+
+// endpointID is --endpoint as one string per server, whatever way it was
+// written: scheme and host in lower case, no default port, no trailing
+// slash. (A warm with "http://minio:9000/" made copies that a mount with
+// "http://minio:9000" removed as another store's.)
+func endpointID(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return endpoint
+	}
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if scheme == "http" && port == "80" || scheme == "https" && port == "443" {
+		port = ""
+	}
+	if port != "" {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host + strings.TrimRight(u.EscapedPath(), "/")
 }
 
 // copySource reads the local copies' bytes through the loader.
@@ -770,6 +840,12 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 		m := &store.Manifest{Endpoint: src.endpoint, Bucket: src.bucket, Prefix: src.prefix, Created: listed}
 		if listed.IsZero() {
 			m.Created = time.Now()
+		}
+		// As the disk cache at its Close: a directory emptied from outside
+		// would refuse the next mount once this file is in it.
+		if _, err := os.Stat(filepath.Join(filepath.Dir(path), cache.MarkerName)); err != nil {
+			logger.Warn("namespace manifest not saved: the cache directory lost its marker (emptied from outside?)", "err", err)
+			return
 		}
 		nDirs, nFiles, err := store.SaveManifest(path, m, dirs)
 		if err != nil {

@@ -244,7 +244,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		disk.Flush()
 		return failed, cstats.DiskDropped.Load() > dropped, err
 	}, func(pending []store.Object, failed []warmFailure) []store.Object {
-		return notCached(loader, pending, failed)
+		missing, _ := notCached(loader, pending, failed)
+		return missing
 	})
 	disk.Flush()
 	s := cstats.Snapshot()
@@ -256,7 +257,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
 		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
 	if disk.Disabled() {
-		missing := notCached(loader, objs, nil)
+		missing, _ := notCached(loader, objs, nil)
 		return fmt.Errorf("warm: the disk cache at %s stopped taking writes (%w): %d of the %d objects are not cached",
 			f.mount.cacheDir, disk.Err(), len(missing), len(objs))
 	}
@@ -264,7 +265,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
 	}
 	if s.DiskRejected > 0 {
-		if err := reportFull(logger, f.mount.cacheDir, p, s.DiskBytes, objs, notCached(loader, objs, failed)); err != nil {
+		missing, missingBytes := notCached(loader, objs, failed)
+		if err := reportFull(logger, f.mount.cacheDir, p, s.DiskBytes, objs, missing, missingBytes); err != nil {
 			return err
 		}
 	}
@@ -283,13 +285,9 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 // that cached none of them fails: the job it prepares would read them all
 // from the store; one that cached part warns, as a dataset larger than the
 // cache can only be warmed in part.
-func reportFull(logger *slog.Logger, dir string, p mountPlan, cacheBytes int64, objs, missing []store.Object) error {
+func reportFull(logger *slog.Logger, dir string, p mountPlan, cacheBytes int64, objs, missing []store.Object, missingBytes int64) error {
 	if len(missing) == 0 {
 		return nil
-	}
-	var missingBytes int64
-	for _, o := range missing {
-		missingBytes += o.Size
 	}
 	why := fmt.Sprintf("the disk cache at %s holds %s of its --cache-size %s", dir, humanBytes(cacheBytes), humanBytes(p.cacheBytes))
 	if free, floor, err := cache.FreeSpace(dir, p.minFree); err == nil {
@@ -347,7 +345,7 @@ func warmCopies(ctx context.Context, logger *slog.Logger, f warmFlags, p mountPl
 	defer loader.Close()
 	var stats localcopy.Stats
 	copies, err := localcopy.New(filepath.Join(f.mount.cacheDir, localCopyDir), copySource{loader}, localcopy.Options{
-		Budget: p.localCopyBytes, Source: copiesSource(f.mount, p), Chunk: int(p.blockSize), Logger: logger, Stats: &stats})
+		Budget: p.localCopyBytes, Source: copiesSource(f.mount, p), Chunk: int(p.blockSize), MinFree: p.minFree, Logger: logger, Stats: &stats})
 	if err != nil {
 		return err
 	}
@@ -417,17 +415,17 @@ func warmEach(ctx context.Context, objs []store.Object, concurrency int, bar *be
 }
 
 // notCached returns the objects of objs (but the failed ones) that the
-// cache lacks a block of.
-func notCached(loader *prefetch.Loader, objs []store.Object, failed []warmFailure) []store.Object {
+// cache lacks a block of, and the bytes of those blocks.
+func notCached(loader *prefetch.Loader, objs []store.Object, failed []warmFailure) (missing []store.Object, bytes int64) {
 	skip := make(map[string]bool, len(failed))
 	for _, f := range failed {
 		skip[f.key] = true
 	}
-	var out []store.Object
 	for _, o := range objs {
-		if !skip[o.Key] && !loader.Cached(o) {
-			out = append(out, o)
+		if n := loader.Uncached(o); !skip[o.Key] && n > 0 {
+			missing = append(missing, o)
+			bytes += n
 		}
 	}
-	return out
+	return missing, bytes
 }
