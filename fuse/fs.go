@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"iter"
 	"log/slog"
 	"strings"
@@ -750,9 +751,13 @@ func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (l *listing, due
 // fail maps err to an errno, logging the ones a user needs to see.
 func (f *FS) fail(op, what string, err error) syscall.Errno {
 	e := errno(err)
-	switch e {
-	case syscall.ENOENT, syscall.EINTR, syscall.ESTALE: // ESTALE: heal logs one line a directory
+	switch {
+	case e == syscall.ENOENT, e == syscall.EINTR, e == syscall.ESTALE: // ESTALE: heal logs one line a directory
 		f.log.Debug(op, "path", what, "err", err)
+	case errors.Is(err, fs.ErrClosed):
+		// The mount is ending (its loader closed first): every read in
+		// flight ends so, hundreds of lines of no news at a stop.
+		f.log.Debug(op+" stopped: the mount is ending", "path", what, "err", err)
 	default:
 		f.log.Warn(op+" failed", "path", what, "errno", e.Error(), "err", err)
 	}

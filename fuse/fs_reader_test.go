@@ -3,7 +3,13 @@ package fuse
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dataccel/dataccel/store"
@@ -62,5 +68,39 @@ func TestReaderDroppedAtEnd(t *testing.T) {
 	}
 	if opens != 2 {
 		t.Fatalf("%d readers opened, want 2", opens)
+	}
+}
+
+// errorReader fails every read with err.
+type errorReader struct{ err error }
+
+func (r errorReader) ReadAt(context.Context, []byte, int64) (int, error) { return 0, r.err }
+func (r errorReader) Close() error                                       { return nil }
+
+// TestReadFailureLogs: a read that fails is logged as a warning, but not
+// one the mount's end stopped (its loader closed first: hundreds of reads
+// in flight at a stop each logged one); both fail EIO.
+func TestReadFailureLogs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		warn bool
+	}{
+		{"a failing store", errors.New("injected: connection reset"), true},
+		{"the mount ending", fmt.Errorf("prefetch-like: loader closed: %w", fs.ErrClosed), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			fsys := newFS(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				Opener: OpenerFunc(func(store.Object) Reader { return errorReader{tc.err} })})
+			t.Cleanup(fsys.stop)
+			n := &fileNode{fsys: fsys, obj: store.Object{Key: "f", Size: 10}}
+			if _, errno := n.Read(context.Background(), nil, make([]byte, 4), 0); errno != syscall.EIO {
+				t.Fatalf("read: errno %v, want EIO", errno)
+			}
+			if warned := strings.Contains(logs.String(), "level=WARN"); warned != tc.warn {
+				t.Fatalf("warned %v, want %v; logs:\n%s", warned, tc.warn, logs.String())
+			}
+		})
 	}
 }

@@ -23,9 +23,9 @@ import (
 	"bytes"
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"sync"
 	"time"
@@ -36,8 +36,10 @@ import (
 	"github.com/dataccel/dataccel/store"
 )
 
-// ErrClosed is returned by reads after Loader.Close.
-var ErrClosed = errors.New("prefetch: loader closed")
+// ErrClosed is returned by reads after Loader.Close. It is an
+// fs.ErrClosed, so that the layers above tell a read stopped by the mount's
+// end from a failing one without knowing this package.
+var ErrClosed = fmt.Errorf("prefetch: loader closed: %w", fs.ErrClosed)
 
 // Options configure a Loader. Zero fields take the defaults shown.
 type Options struct {

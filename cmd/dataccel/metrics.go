@@ -23,6 +23,9 @@ type mountStats struct {
 	cache    cache.Stats
 	prefetch prefetch.Stats
 	copies   localcopy.Stats
+	// The caches' bounds, set once at start (0: no such tier): a warm
+	// through the mount tells from them what it could keep.
+	ramLimit, diskLimit atomic.Int64
 }
 
 func newMountStats() *mountStats {
@@ -81,6 +84,8 @@ func (s *mountStats) metrics() []metric {
 		{"cache_corruptions_total", "disk cache blocks that failed their checksum", &c.DiskCorruptions, false},
 		{"cache_disk_errors_total", "disk cache I/O errors", &c.DiskErrors, false},
 		{"cache_ram_bytes", "bytes of blocks in the RAM cache", &c.RAMBytes, true},
+		{"cache_ram_bytes_limit", "the RAM cache's bound (--ram-cache-size; 0: none)", &s.ramLimit, true},
+		{"cache_disk_bytes_limit", "the disk cache's bound (--cache-size; 0: no disk cache)", &s.diskLimit, true},
 		{"cache_disk_entries", "blocks in the disk cache", &c.DiskEntries, true},
 		{"cache_disk_bytes", "bytes in the disk cache", &c.DiskBytes, true},
 		{"cache_disk_saved_bytes_total", "bytes saved by compression", &c.DiskSavedBytes, false},

@@ -420,6 +420,10 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		return err
 	}
 	stats := newMountStats()
+	stats.ramLimit.Store(p.ramBytes)
+	if f.cacheDir != "" {
+		stats.diskLimit.Store(p.cacheBytes)
+	}
 	// Counting sits below the retries, so it counts what reached the server.
 	counted := store.NewCounting(raw)
 	counted.C = &stats.store

@@ -210,7 +210,9 @@ func checkStore(ctx context.Context, st *s3.Store, prefix string, cfg s3.Config,
 type noBucketError struct{ bucket, where string }
 
 func (e noBucketError) Error() string {
-	return fmt.Sprintf("bucket %q does not exist at %s", e.bucket, e.where)
+	// A bare 404 from a server that is no S3 (a wrong port or URL) reads
+	// as NoSuchBucket too.
+	return fmt.Sprintf("bucket %q does not exist at %s (or that is not an S3 endpoint)", e.bucket, e.where)
 }
 
 func (e noBucketError) Unwrap() error { return store.ErrNoBucket }

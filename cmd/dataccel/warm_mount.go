@@ -179,7 +179,35 @@ func (w mountWarmer) run(ctx context.Context, files []warmFile) error {
 		w.logger.Warn("the mount's disk cache takes no writes since an error (the mount's log says which): the files are in its RAM cache at most",
 			"disk_errors", errs)
 	}
+	w.reportTiers(files, after)
 	return reportFailures(failed, "files")
+}
+
+// reportTiers says where the warmed files stay when that is not the disk
+// cache alone: a warm through a mount fills its RAM cache, which gives
+// blocks to the disk cache as it evicts them, or when the mount ends
+// cleanly.
+func (w mountWarmer) reportTiers(files []warmFile, after map[string]int64) {
+	diskLimit, known := after["cache_disk_bytes_limit"]
+	if !known {
+		return // an older mount, or its counters could not be read
+	}
+	var total int64
+	for _, f := range files {
+		total += f.size
+	}
+	ram := after["cache_ram_bytes_limit"]
+	switch {
+	case diskLimit == 0 && total > ram:
+		w.logger.Warn("the mount has no disk cache (--cache-dir), and its RAM cache is smaller than the files: the job will fetch again what it gave up",
+			"ram_cache", humanBytes(ram), "files_bytes", humanBytes(total))
+	case diskLimit == 0:
+		w.logger.Info("the mount has no disk cache (--cache-dir): the files are in its RAM cache, for as long as the mount runs")
+	case after["cache_ram_bytes"] > 0:
+		w.logger.Info("part of the files is in the mount's RAM cache: its disk cache gets them as RAM gives them up, or when the mount ends "+
+			"cleanly (not if it is killed); for a disk cache filled at once, warm s3://... --cache-dir DIR before mounting",
+			"ram_bytes", humanBytes(after["cache_ram_bytes"]))
+	}
 }
 
 // pass reads every file once, a file of n MiB taking min(n, maxFileSlots)

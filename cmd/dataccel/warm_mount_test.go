@@ -222,6 +222,32 @@ func TestWarmThroughMount(t *testing.T) {
 	}
 }
 
+// TestWarmThroughMountTiers: warm through a mount says where the files
+// stay when that is not a disk cache: with none and a RAM cache smaller
+// than the files, it warns that the job will fetch them again; with a disk
+// cache, that what RAM holds reaches it later.
+func TestWarmThroughMountTiers(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "wt/", 40, 64<<10) // 2.5 MiB
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"no disk, small RAM", []string{"--ram-cache-size", "1MiB"}, "level=WARN msg=\"the mount has no disk cache"},
+		{"no disk, RAM enough", []string{"--ram-cache-size", "64MiB"}, "the files are in its RAM cache, for as long as the mount runs"},
+		{"disk", []string{"--ram-cache-size", "64MiB", "--cache-dir", t.TempDir()}, "part of the files is in the mount's RAM cache"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMount(t, t.TempDir(), append(tc.flags, "--endpoint", srv.Endpoint, "s3://"+st.Bucket()+"/wt")...)
+			out, err := exec.Command(bin, "warm", "-q", m.dir).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("warm: %v, want %q in:\n%s", err, tc.want, out)
+			}
+		})
+	}
+}
+
 // TestWarmThroughFullMount: warm through a mount whose disk cache has no
 // room (a file system other files filled to its --cache-min-free floor)
 // says so: the files are read, and not kept.
