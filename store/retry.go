@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,15 @@ type RetryOptions struct {
 	IOTimeout time.Duration
 	// Stats counts retries and cut requests; may be nil.
 	Stats *RetryStats
+	// Logger, if set, is told that the store fails requests: at most one
+	// line every retryWarnEvery, with the retries since the last one.
+	Logger *slog.Logger
 }
+
+// retryWarnEvery spaces the warnings of a store failing requests: an
+// outage retries thousands of requests, and the counters alone left the
+// log silent through it.
+const retryWarnEvery = 30 * time.Second
 
 // RetryStats count what Retrying did.
 type RetryStats struct {
@@ -72,6 +81,9 @@ type Retrying struct {
 	Store
 	opts  RetryOptions
 	floor int64 // minProgress(opts.ProgressTimeout)
+
+	warnedAt atomic.Int64 // unix ns of the last warning of retries
+	unwarned atomic.Int64 // retries since that warning
 }
 
 // NewRetrying wraps s.
@@ -156,12 +168,29 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 		if !Retryable(err) || time.Now().After(deadlineAt()) {
 			break
 		}
+		r.noteRetry(what, err)
 	}
 	if Retryable(err) {
 		r.opts.Stats.GaveUp.Add(1)
 		return fmt.Errorf("%s: gave up after retries (io timeout %s): %w", what, r.opts.IOTimeout, err)
 	}
 	return err
+}
+
+// noteRetry counts a retry about to be made for err, and warns of it
+// unless a warning went out less than retryWarnEvery ago.
+func (r *Retrying) noteRetry(what string, err error) {
+	n := r.unwarned.Add(1)
+	if r.opts.Logger == nil {
+		return
+	}
+	now, last := time.Now().UnixNano(), r.warnedAt.Load()
+	if now-last < int64(retryWarnEvery) || !r.warnedAt.CompareAndSwap(last, now) {
+		return
+	}
+	r.unwarned.Add(-n)
+	r.opts.Logger.Warn("the object store fails requests; retrying them (one line per "+retryWarnEvery.String()+")",
+		"retries", n, "op", what, "err", err)
 }
 
 // watchdog cancels a request when its timer fires: first byte, then progress.

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,5 +427,31 @@ func TestListCallerStopIsFinal(t *testing.T) {
 	})
 	if !errors.Is(err, stop) || calls != 3 || stats.Retries.Load() != 0 {
 		t.Fatalf("List: %v after %d calls of fn and %d retries; want fn's error after 3 calls and none", err, calls, stats.Retries.Load())
+	}
+}
+
+// TestRetriesWarnOnce: a store failing requests is said in the log as it
+// happens (an outage left it silent, the counters alone rising), in one
+// line for many retries, not one each.
+func TestRetriesWarnOnce(t *testing.T) {
+	var logs testenv.SyncBuffer
+	st := store.NewRetrying(backAt{at: time.Now().Add(200 * time.Millisecond)}, store.RetryOptions{
+		BaseDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond, IOTimeout: 5 * time.Second, Attempts: 1000,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := st.Stat(context.Background(), "k"); err != nil {
+				t.Errorf("Stat of a store back within the io timeout: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := strings.Count(logs.String(), "the object store fails requests"); n != 1 {
+		t.Fatalf("%d warnings of retries, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "connection refused") {
+		t.Fatalf("the warning does not say why:\n%s", logs.String())
 	}
 }

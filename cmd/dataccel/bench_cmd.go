@@ -89,7 +89,7 @@ func benchStoreFromURL(ctx context.Context, raw string, f benchS3, maxConns int,
 // stalls or stops answering mid-run fails it within --io-timeout.
 func benchSource(st *s3.Store, prefix, label string, f benchS3) bench.StoreSource {
 	counting := store.NewCounting(st) // below the retries: every try is a GET
-	retrying := store.NewRetrying(counting, f.wait.retry(nil))
+	retrying := store.NewRetrying(counting, f.wait.retry(nil, nil))
 	return bench.StoreSource{Store: retrying, Prefix: prefix, Label: label, Counts: counting.C}
 }
 

@@ -428,7 +428,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	counted := store.NewCounting(raw)
 	counted.C = &stats.store
 	counted.GetLatency = func(d time.Duration) { stats.getLat.Observe(d.Seconds()) }
-	var st store.Store = store.NewRetrying(counted, f.wait.retry(&stats.retry))
+	var st store.Store = store.NewRetrying(counted, f.wait.retry(&stats.retry, logger))
 	foreground := st
 	if f.hedge {
 		foreground = prefetch.NewHedged(st, prefetch.HedgeOptions{Stats: &stats.prefetch})

@@ -242,7 +242,7 @@ func (w waitFlags) validate() error {
 
 // retry is how a command retries the store: until --io-timeout, cutting
 // stalls at --stall-timeout.
-func (w waitFlags) retry(stats *store.RetryStats) store.RetryOptions {
+func (w waitFlags) retry(stats *store.RetryStats, logger *slog.Logger) store.RetryOptions {
 	return store.RetryOptions{IOTimeout: w.io, FirstByteTimeout: w.stall, ProgressTimeout: w.stall,
-		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: stats}
+		MaxDelay: 5 * time.Second, Attempts: 1000, Stats: stats, Logger: logger}
 }

@@ -174,7 +174,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	var counts store.Counts
 	counted := store.NewCounting(raw)
 	counted.C = &counts
-	st := store.NewRetrying(counted, f.mount.wait.retry(nil))
+	st := store.NewRetrying(counted, f.mount.wait.retry(nil, logger))
 
 	var cstats cache.Stats
 	opts := cache.DefaultDiskOptions(f.mount.cacheDir, p.cacheBytes)
