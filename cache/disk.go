@@ -178,6 +178,8 @@ type Disk struct {
 	lastFull   atomic.Int64 // unix nanoseconds of the latest write the policy refused or evicted for; 0: none
 	fullWarned atomic.Bool  // the file system's ENOSPC was logged
 	fdsWarned  atomic.Bool  // running out of file descriptors was logged
+	// corruptWarned: a record that failed its checksum was logged.
+	corruptWarned atomic.Bool
 }
 
 // recLoc is where a live record sits.
@@ -554,9 +556,16 @@ func (d *Disk) Get(k Key) ([]byte, bool) {
 }
 
 // corrupt counts a bad record and forgets it.
+// The first of a mount is a warning: a disk that damages what it holds
+// may be failing, and its owner should hear of it before the counter.
 func (d *Disk) corrupt(id uint64, loc recLoc, err error) {
 	d.stats.DiskCorruptions.Add(1)
-	d.log.Debug("corrupt disk cache record dropped", "segment", loc.seg.path, "offset", loc.off, "err", err)
+	if d.corruptWarned.CompareAndSwap(false, true) {
+		d.log.Warn("disk cache: a record failed its check and is fetched again (a damaged or failing disk?); further ones count in cache_corruptions_total",
+			"segment", loc.seg.path, "offset", loc.off, "err", err)
+	} else {
+		d.log.Debug("corrupt disk cache record dropped", "segment", loc.seg.path, "offset", loc.off, "err", err)
+	}
 	d.forget(id, loc)
 }
 
