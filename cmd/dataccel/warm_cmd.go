@@ -253,7 +253,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if werr != nil {
 		outcome = "warm stopped" // what it fetched stays cached
 	}
-	logger.Info(outcome, "objects", len(objs), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
+	// objs are the disk cache's part: the ones for local copies come after.
+	logger.Info(outcome, "objects", len(objs), "for_local_copies", len(copied), "gets", counts.Gets.Load(), "fetched_bytes", counts.Bytes.Load(),
 		"already_cached_blocks", pstats.CacheHits.Load(), "cache_entries", s.DiskEntries, "cache_bytes", s.DiskBytes,
 		"not_admitted_cache_full", s.DiskRejected, "dropped_writes", s.DiskDropped)
 	if disk.Disabled() {
