@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dataccel/dataccel/internal/testenv"
 	"github.com/dataccel/dataccel/store"
 )
 
@@ -402,7 +403,7 @@ func TestKeptForTheNextCopies(t *testing.T) {
 			var stats Stats
 			var made atomic.Int64 // Made calls: one per copy made, none for one adopted
 			m2 := &memOpener{data: m.data}
-			var logs lockedBuffer
+			var logs testenv.SyncBuffer
 			c2, err := New(dir, m2, Options{Budget: budget, Source: source, Chunk: 1000, Stats: &stats,
 				Made: func(store.Object) { made.Add(1) }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
@@ -496,22 +497,4 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -286,17 +286,25 @@ func TestEmptyMountWarns(t *testing.T) {
 	}
 }
 
+// readThroughCache mounts a new bucket's dataset of n small files under
+// ds/ with a disk cache, and reads every file once.
+func readThroughCache(t *testing.T, n int) (st *s3.Store, files map[string][]byte, cacheDir string, args []string, m *running) {
+	t.Helper()
+	st = srv.NewBucket(t)
+	files = dataset(t, st, "ds/", n, 4<<10)
+	cacheDir = t.TempDir()
+	args = []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
+	m = startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	return st, files, cacheDir, args, m
+}
+
 // TestCacheDirEmptiedWhileMounted: a cache directory emptied from outside
 // while a mount uses it (a cleaner of /tmp) takes the next mount: the one
 // before wrote its manifest and policy state into it at exit, without the
 // marker, and the next one refused the directory as not a cache.
 func TestCacheDirEmptiedWhileMounted(t *testing.T) {
-	st := srv.NewBucket(t)
-	files := dataset(t, st, "ds/", 12, 4<<10)
-	cacheDir := t.TempDir()
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
-	m := startMount(t, t.TempDir(), args...)
-	readAllFiles(t, m.dir, files)
+	_, files, cacheDir, args, m := readThroughCache(t, 12)
 	ents, err := os.ReadDir(cacheDir)
 	if err != nil {
 		t.Fatal(err)
@@ -349,12 +357,7 @@ func TestManifestRedated(t *testing.T) {
 // added since (the manifest outlived the purge, and the remount showed the
 // old names for a --metadata-ttl).
 func TestPurgeForgetsListings(t *testing.T) {
-	st := srv.NewBucket(t)
-	files := dataset(t, st, "ds/", 10, 4<<10)
-	cacheDir := t.TempDir()
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
-	m := startMount(t, t.TempDir(), args...)
-	readAllFiles(t, m.dir, files)
+	st, files, cacheDir, args, m := readThroughCache(t, 10)
 	waitManifest(t, cacheDir)
 	m.unmount(t)
 	if out, err := exec.Command(bin, "cache", "purge", "--cache-dir", cacheDir).CombinedOutput(); err != nil {
