@@ -80,7 +80,17 @@ func (g *getter) target(ctx context.Context) (base, prefix, region string, err e
 // they cannot be renewed: ErrAccess, as for keys that never renew. The
 // failures of requests in flight when the keys were dropped (signed with
 // them too) drop nothing more for a second: one fetch, not one each.
-func (g *getter) mapErr(err error) error {
+func (g *getter) mapErr(err error) error { return g.mapErrSigned(err, "") }
+
+// signedWith names keys as mapErrSigned compares them.
+func signedWith(v credentials.Value) string { return v.AccessKeyID + "\x00" + v.SessionToken }
+
+// mapErrSigned is mapErr for a request signed with the keys signed names
+// (signedWith; "" if unknown). An answer to a request signed with keys
+// replaced since drops nothing and stays retryable, however late it comes:
+// a slow answer to the old keys once dropped the new ones, and when the
+// provider handed those out again, failed for good though they worked.
+func (g *getter) mapErrSigned(err error, signed string) error {
 	code := minio.ToErrorResponse(err).Code
 	if !g.renews || code != "ExpiredToken" && code != "TokenRefreshRequired" {
 		return mapErr(err)
@@ -89,13 +99,15 @@ func (g *getter) mapErr(err error) error {
 	if verr != nil {
 		return fmt.Errorf("the keys expired early, and new ones could not be fetched (%v): %w", verr, mapErr(err))
 	}
-	keys := v.AccessKeyID + "\x00" + v.SessionToken
+	keys := signedWith(v)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
+	case signed != "" && signed != keys:
+		// Signed with keys replaced since: the current ones are new.
 	case keys == g.expired:
 		return mapErr(err) // the provider has no others
-	case time.Since(g.expiredAt) < time.Second:
+	case signed == "" && time.Since(g.expiredAt) < time.Second:
 		// Signed before the keys dropped a moment ago; these are new.
 	default:
 		g.expired, g.expiredAt = keys, time.Now()
@@ -181,6 +193,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		req.Header.Set("Range", rng)
 	}
 	req.Header.Set("User-Agent", "dataccel/1")
+	var signed string
 	if g.creds != nil {
 		v, err := g.creds.GetWithContext(&credentials.CredContext{Client: g.http, Context: req.Context()})
 		if err != nil {
@@ -188,6 +201,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 		}
 		if v.AccessKeyID != "" {
 			g.sign(req, v, region, path, match, rng, unsignedPayload, time.Now())
+			signed = signedWith(v)
 		}
 	}
 	resp, err := g.wire.Do(req)
@@ -202,7 +216,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	default:
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return nil, g.mapErr(errorResponse(resp, body, g.bucket, obj.Key))
+		return nil, g.mapErrSigned(errorResponse(resp, body, g.bucket, obj.Key), signed)
 	}
 	size := resp.ContentLength // of a 200: the whole object
 	if resp.StatusCode == http.StatusPartialContent {

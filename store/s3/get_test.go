@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -379,4 +380,86 @@ func TestExpiredTokenRenews(t *testing.T) {
 	if _, err := store.NewRetrying(static, store.RetryOptions{IOTimeout: 30 * time.Second}).ReadRange(t.Context(), obj, 0, -1); !errors.Is(err, store.ErrAccess) || gets.Load() != 1 {
 		t.Fatalf("static keys: %v after %d GETs, want ErrAccess after 1", err, gets.Load())
 	}
+}
+
+// twoKeys hands out K1 at its first fetch and K2 at every later one.
+type twoKeys struct{ fetches atomic.Int64 }
+
+func (k *twoKeys) RetrieveWithCredContext(*credentials.CredContext) (credentials.Value, error) {
+	id := "K2"
+	if k.fetches.Add(1) == 1 {
+		id = "K1"
+	}
+	return credentials.Value{AccessKeyID: id, SecretAccessKey: "secret-" + id, SessionToken: "t-" + id, Expiration: time.Now().Add(time.Hour)}, nil
+}
+func (k *twoKeys) Retrieve() (credentials.Value, error) { return k.RetrieveWithCredContext(nil) }
+func (k *twoKeys) IsExpired() bool                      { return false }
+
+// TestExpiredTokenLateAnswers: answers "ExpiredToken" to requests signed
+// with keys already replaced drop nothing and stay retryable, however late
+// they come. (A slow answer to the old keys dropped the new ones, which
+// worked; when the provider handed those out again, the next late answer
+// failed for good with access denied.)
+func TestExpiredTokenLateAnswers(t *testing.T) {
+	arrived := make(chan struct{}, 3)
+	all := make(chan struct{})
+	var once sync.Once
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Authorization"), "Credential=K1/") {
+			w.Header().Set("ETag", `"e"`)
+			io.WriteString(w, "x")
+			return
+		}
+		// The three reads were all signed with K1: answer one at once,
+		// the others past the second the first drop is trusted for.
+		arrived <- struct{}{}
+		if len(arrived) == 3 {
+			once.Do(func() { close(all) })
+		}
+		<-all
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/slow1"):
+			time.Sleep(1200 * time.Millisecond)
+		case strings.HasSuffix(r.URL.Path, "/slow2"):
+			time.Sleep(2400 * time.Millisecond)
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(h))
+	t.Cleanup(srv.Close)
+	keys := &twoKeys{}
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true, Provider: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, key := range []string{"fast", "slow1", "slow2"} {
+		wg.Go(func() {
+			rc, err := st.ReadRange(t.Context(), store.Object{Key: key, Size: 1, ETag: "e"}, 0, 1)
+			if err == nil {
+				rc.Close()
+			}
+			mu.Lock()
+			errs[key] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for key, err := range errs {
+		if err == nil || !store.Retryable(err) || errors.Is(err, store.ErrAccess) {
+			t.Errorf("%s, signed with the replaced keys: %v; want a retryable error", key, err)
+		}
+	}
+	if n := keys.fetches.Load(); n != 2 {
+		t.Errorf("%d fetches of keys, want 2: the late answers dropped the new keys", n)
+	}
+	rc, err := st.ReadRange(t.Context(), store.Object{Key: "after", Size: 1, ETag: "e"}, 0, 1)
+	if err != nil {
+		t.Fatalf("a read with the new keys: %v", err)
+	}
+	rc.Close()
 }

@@ -103,7 +103,7 @@ func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, sta
 		return nil, fmt.Errorf("list %q: %w", prefix, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErr(errorResponse(resp, body, s.bucket, "")))
+		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErrSigned(errorResponse(resp, body, s.bucket, ""), presignedWith(u)))
 	}
 	if len(body) > maxListBody {
 		return nil, fmt.Errorf("list %q: response larger than %d bytes", prefix, maxListBody)
@@ -413,4 +413,15 @@ func decodeName(name, encoding string) (string, error) {
 		return "", fmt.Errorf("decode key %q: %w", name, err)
 	}
 	return s, nil
+}
+
+// presignedWith names the keys a presigned URL was signed with, as
+// signedWith does ("" for an anonymous one).
+func presignedWith(u *url.URL) string {
+	q := u.Query()
+	id, _, _ := strings.Cut(q.Get("X-Amz-Credential"), "/")
+	if id == "" {
+		return ""
+	}
+	return id + "\x00" + q.Get("X-Amz-Security-Token")
 }
