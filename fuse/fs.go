@@ -696,7 +696,7 @@ func (f *FS) heal(dir string) {
 				"dir", dir, "files", len(nodes)-disagree)
 		}
 		if due {
-			if err := (<-f.ns.fetchShared(dir, judged, judgedAt)).Err; err != nil {
+			if err := f.ns.awaitSince(dir, judged, judgedAt); err != nil {
 				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
 					"dir", dir, "err", err)
 				continue

@@ -146,15 +146,38 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 	if l != nil && !l.at.Before(notBefore) {
 		return l, nil
 	}
-	ch := ns.fetchShared(dir, held, notBefore)
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case r := <-ch:
-		if r.Err != nil {
-			return nil, r.Err
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r := <-ns.fetchShared(dir, held, notBefore):
+			if r.Err != nil {
+				return nil, r.Err
+			}
+			l := r.Val.(*listing)
+			if l.at.Before(notBefore) {
+				// A LIST that began before notBefore was in flight and
+				// this call joined it: one more, which begins now.
+				held = l
+				continue
+			}
+			return l.use(), nil
 		}
-		return r.Val.(*listing).use(), nil
+	}
+}
+
+// awaitSince is listAt for background work with no context of its own:
+// it waits for a listing of dir made since notBefore (held is the one
+// found wanting) and returns the error of its fetch.
+func (ns *namespace) awaitSince(dir string, held *listing, notBefore time.Time) error {
+	for {
+		r := <-ns.fetchShared(dir, held, notBefore)
+		if r.Err != nil {
+			return r.Err
+		}
+		if held = r.Val.(*listing); !held.at.Before(notBefore) {
+			return nil
+		}
 	}
 }
 
@@ -260,15 +283,17 @@ func (ns *namespace) keepFresh() {
 // listing until they expire, so a listing counts as used once it was asked
 // for at all: a directory the job left is relisted once more, then no
 // longer. Failures are logged in one line; a listing that cannot be
-// relisted serves until it expires, then lookups wait for a fetch as on a
-// first listing, and see its error.
+// relisted is tried again at each tick while it serves, then no more (a
+// LIST that fails for good was tried, and logged, every tick for the
+// mount's life): lookups then wait for a fetch as on a first listing, and
+// see its error.
 func (ns *namespace) relistDue(ctx context.Context) {
 	now := ns.now()
 	var due []string
 	found := map[string]*listing{}
 	ns.mu.Lock()
 	for dir, l := range ns.dirs {
-		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && l.used.Load() && !ns.relisting[dir] {
+		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && ns.fresh(l, now) && l.used.Load() && !ns.relisting[dir] {
 			due = append(due, dir)
 			found[dir] = l
 		}

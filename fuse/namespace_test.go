@@ -220,12 +220,13 @@ func TestRelistDue(t *testing.T) {
 	}
 
 	// A failed relisting is logged; the listing serves until its TTL, then
-	// lookups wait for a fetch and see its error.
+	// lookups wait for a fetch and see its error. A listing past its TTL
+	// is left to them: e/, 70 minutes old, is not relisted.
 	st.fail.Store(true)
-	clock.Store(int64(100 * time.Minute)) // d/ 50 minutes old, e/ 70: both due
+	clock.Store(int64(100 * time.Minute)) // d/ 50 minutes old: due
 	ns.relistDue(t.Context())
-	if !strings.Contains(logs.String(), "failed=2") {
-		t.Fatalf("no warning for the two failed relistings: %q", logs.String())
+	if !strings.Contains(logs.String(), "failed=1 of=1") {
+		t.Fatalf("no warning for the failed relisting of d/ alone: %q", logs.String())
 	}
 	if !found("b") {
 		t.Fatal("the listing in place must serve until its TTL while its relisting fails")
@@ -377,7 +378,7 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); err != nil || !ok { // used again
 		t.Fatalf("lookup: %v %v", ok, err)
 	}
-	clock.Store(int64(150 * time.Minute))
+	clock.Store(int64(105 * time.Minute)) // its relisting of 50 minutes is due
 	ns.relistDue(t.Context())
 	if n := st.lists.Load(); n != 3 {
 		t.Fatalf("%d LISTs after d/ was used again, want 3", n)
@@ -516,5 +517,70 @@ func TestConcurrentListsShareOne(t *testing.T) {
 	}
 	if extra != 0 {
 		t.Fatalf("%d LISTs beyond one per directory in %d rounds of %d concurrent callers", extra, rounds, callers)
+	}
+}
+
+// TestRelistStopsAtExpiry: a used listing whose relisting fails is tried
+// again at each tick while it serves, and no more once it expired: a LIST
+// that fails for good (a prefix the keys lost, a long outage) was tried and
+// logged every tick for the mount's life, the job long gone.
+func TestRelistStopsAtExpiry(t *testing.T) {
+	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, release: make(chan struct{})}
+	var logs testenv.SyncBuffer
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	start := time.Now()
+	var clock atomic.Int64
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	if _, err := ns.list(t.Context(), "d/"); err != nil {
+		t.Fatal(err)
+	}
+	st.fail.Store(true)
+	for _, at := range []time.Duration{50 * time.Minute, 55 * time.Minute} { // the last quarter: tried
+		clock.Store(int64(at))
+		ns.relistDue(t.Context())
+	}
+	if n := st.lists.Load(); n != 3 {
+		t.Fatalf("%d LISTs by the end of the ttl, want the first and one a tick in its last quarter", n)
+	}
+	for i := range 10 { // past it, nobody looking: no more
+		clock.Store(int64(time.Hour + time.Duration(i)*time.Hour/8))
+		ns.relistDue(t.Context())
+	}
+	if n := st.lists.Load(); n != 3 {
+		t.Fatalf("%d LISTs after the listing expired unused, want none more than 3", n)
+	}
+	if n := strings.Count(logs.String(), "relisting directories ahead"); n != 2 {
+		t.Fatalf("%d warnings of failed relistings, want 2", n)
+	}
+}
+
+// TestRefreshWaitsPastJoinedList: a refresh (listAt with notBefore) that
+// joins a LIST begun before it waits for one more: it replaces listings
+// made before the call, as it says, not with one that began before it too.
+func TestRefreshWaitsPastJoinedList(t *testing.T) {
+	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, release: make(chan struct{})}
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+	st.hold.Store(true)
+	first := make(chan error, 1)
+	go func() { _, err := ns.list(t.Context(), "d/"); first <- err }()
+	for st.lists.Load() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	called := time.Now()
+	refreshed := make(chan error, 1)
+	go func() {
+		refreshed <- ns.refresh(t.Context(), []string{"d/"}, 1, func(context.Context) error { return nil })
+	}()
+	time.Sleep(20 * time.Millisecond) // the refresh joins the LIST in flight
+	st.hold.Store(false)
+	close(st.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	if l := ns.held("d/"); l.at.Before(called) || st.lists.Load() != 2 {
+		t.Fatalf("after the refresh: a listing made %v before it was called, %d LISTs; want one made since, 2 LISTs", called.Sub(l.at), st.lists.Load())
 	}
 }
