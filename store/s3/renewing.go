@@ -44,6 +44,9 @@ type renewing struct {
 	err      error             // guarded by mu; the last fetch's failure, or nil
 	failedAt time.Time         // guarded by mu
 	failures int               // guarded by mu; in a row
+	// failedValid: the last failure was a renewal cut at fetchWhileValid,
+	// which says little of a source slower than that. Guarded by mu.
+	failedValid bool
 }
 
 func newRenewing(p credentials.Provider) *renewing { return &renewing{p: p, now: time.Now} }
@@ -51,7 +54,10 @@ func newRenewing(p credentials.Provider) *renewing { return &renewing{p: p, now:
 func (r *renewing) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil && r.now().Sub(r.failedAt) < min(retryKeysAfter<<(r.failures-1), maxRetryKeysAfter) {
+	// Once the keys expire, a renewal that only had fetchWhileValid gets
+	// a whole fetch at once: waiting out its backoff failed every request
+	// for up to a minute, from a source that answers in two seconds.
+	if r.err != nil && !(r.failedValid && !r.valid()) && r.now().Sub(r.failedAt) < min(retryKeysAfter<<(r.failures-1), maxRetryKeysAfter) {
 		return r.fallback()
 	}
 	var caller context.Context
@@ -68,13 +74,13 @@ func (r *renewing) RetrieveWithCredContext(cc *credentials.CredContext) (credent
 	fetch.Context = ctx
 	v, err := r.p.RetrieveWithCredContext(&fetch)
 	if err == nil {
-		r.last, r.err, r.failures = v, nil, 0
+		r.last, r.err, r.failures, r.failedValid = v, nil, 0, false
 		return v, nil
 	}
 	if caller != nil && caller.Err() != nil {
 		return credentials.Value{}, err // the caller gave up: no failure of the source
 	}
-	r.err, r.failedAt = err, r.now()
+	r.err, r.failedAt, r.failedValid = err, r.now(), timeout == fetchWhileValid
 	r.failures = min(r.failures+1, 8)
 	return r.fallback()
 }

@@ -87,3 +87,42 @@ func TestRenewing(t *testing.T) {
 		t.Fatalf("after a cancelled fetch: %q %v, %d fetches; want a fetch at once", k, err, p.fetches)
 	}
 }
+
+// TestRenewingAtExpiry: a renewal that failed while the keys were valid
+// (cut at fetchWhileValid: a slow source) does not hold off the whole fetch
+// once they expire: requests failed for the backoff, up to a minute, with
+// a source that answers within fetchTimeout.
+func TestRenewingAtExpiry(t *testing.T) {
+	start := time.Now()
+	now := start
+	p := &fakeKeys{val: credentials.Value{AccessKeyID: "A1", SecretAccessKey: "s1", Expiration: start.Add(time.Minute)}}
+	r := newRenewing(p)
+	r.now = func() time.Time { return now }
+	get := func() (string, error) {
+		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
+		return v.AccessKeyID, err
+	}
+	if k, err := get(); k != "A1" || err != nil {
+		t.Fatalf("first keys %q %v", k, err)
+	}
+	now = start.Add(58 * time.Second)
+	p.err = context.DeadlineExceeded // the source took longer than fetchWhileValid
+	if k, err := get(); k != "A1" || err != nil {
+		t.Fatalf("a renewal cut short while the keys are valid: %q %v; want the valid keys", k, err)
+	}
+	now = start.Add(61 * time.Second) // expired, 3 s after the failure: within its backoff
+	p.err = nil
+	p.val = credentials.Value{AccessKeyID: "A2", SecretAccessKey: "s2", Expiration: now.Add(time.Hour)}
+	if k, err := get(); k != "A2" || err != nil || p.fetches != 3 || p.deadline <= fetchWhileValid {
+		t.Fatalf("keys %q %v after %d fetches (deadline %v); want A2 from a whole fetch at once", k, err, p.fetches, p.deadline)
+	}
+	// A whole fetch that fails holds the next ones off as before.
+	now = start.Add(2 * time.Hour)
+	p.err = errors.New("endpoint down")
+	if _, err := get(); err == nil {
+		t.Fatal("expired keys served")
+	}
+	if _, err := get(); err == nil || p.fetches != 4 {
+		t.Fatalf("err %v after %d fetches; want the failure again without a fetch", err, p.fetches)
+	}
+}
