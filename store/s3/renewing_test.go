@@ -29,19 +29,26 @@ func (f *fakeKeys) RetrieveWithCredContext(cc *credentials.CredContext) (credent
 func (f *fakeKeys) Retrieve() (credentials.Value, error) { return f.RetrieveWithCredContext(nil) }
 func (f *fakeKeys) IsExpired() bool                      { return true }
 
+// renewingAt returns a provider of keys A1 that expire a minute after
+// *now, a renewing over it whose clock is *now (the test moves it), and a
+// get of the key id through that.
+func renewingAt(now *time.Time) (*fakeKeys, *renewing, func() (string, error)) {
+	p := &fakeKeys{val: credentials.Value{AccessKeyID: "A1", SecretAccessKey: "s1", Expiration: now.Add(time.Minute)}}
+	r := newRenewing(p)
+	r.now = func() time.Time { return *now }
+	return p, r, func() (string, error) {
+		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
+		return v.AccessKeyID, err
+	}
+}
+
 // TestRenewing: after a failed fetch of keys, requests get the last keys
 // while they are valid (else the failure) without a fetch each, until
 // retryKeysAfter; a fetch the caller gave up on is no failure.
 func TestRenewing(t *testing.T) {
 	start := time.Now()
 	now := start
-	p := &fakeKeys{val: credentials.Value{AccessKeyID: "A1", SecretAccessKey: "s1", Expiration: start.Add(time.Minute)}}
-	r := newRenewing(p)
-	r.now = func() time.Time { return now }
-	get := func() (string, error) {
-		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
-		return v.AccessKeyID, err
-	}
+	p, r, get := renewingAt(&now)
 	// A fetch with no valid keys gets fetchTimeout, all its requests together.
 	whole := func() bool { return p.deadline > fetchWhileValid && p.deadline <= fetchTimeout }
 	if k, err := get(); k != "A1" || err != nil || !whole() {
@@ -95,13 +102,7 @@ func TestRenewing(t *testing.T) {
 func TestRenewingAtExpiry(t *testing.T) {
 	start := time.Now()
 	now := start
-	p := &fakeKeys{val: credentials.Value{AccessKeyID: "A1", SecretAccessKey: "s1", Expiration: start.Add(time.Minute)}}
-	r := newRenewing(p)
-	r.now = func() time.Time { return now }
-	get := func() (string, error) {
-		v, err := r.RetrieveWithCredContext(&credentials.CredContext{Context: context.Background()})
-		return v.AccessKeyID, err
-	}
+	p, _, get := renewingAt(&now)
 	if k, err := get(); k != "A1" || err != nil {
 		t.Fatalf("first keys %q %v", k, err)
 	}
