@@ -22,8 +22,9 @@ type DirStat struct {
 	TempFiles  int64 // files that are not segments: leftovers (of a format 1 cache, too)
 }
 
-// checkCacheDir refuses a directory without the marker file.
-func checkCacheDir(dir string) error {
+// CheckDir refuses a directory without the marker file: not a cache, or
+// one emptied from outside since.
+func CheckDir(dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s is not a dataccel cache directory (no %s)", dir, MarkerName)
@@ -151,7 +152,7 @@ func readDeadList(dir string) map[recKey]struct{} {
 // running Disk still count as live).
 func StatDir(dir string) (DirStat, error) {
 	var st DirStat
-	if err := checkCacheDir(dir); err != nil {
+	if err := CheckDir(dir); err != nil {
 		return st, fmt.Errorf("stat cache dir: %w", err)
 	}
 	segDir := filepath.Join(dir, segDirName)
@@ -203,7 +204,7 @@ type RecordSpan struct {
 // order, from their headers (for fault-injection tests and tools). Like
 // StatDir it may run beside a Disk that has dir open.
 func Records(dir string) ([]RecordSpan, error) {
-	if err := checkCacheDir(dir); err != nil {
+	if err := CheckDir(dir); err != nil {
 		return nil, fmt.Errorf("list cache records: %w", err)
 	}
 	found, err := scanSegments(filepath.Join(dir, segDirName), false)
@@ -255,7 +256,7 @@ func leftovers(dir string) (others, oldDirs []string, oldFiles int64, err error)
 // dir, keeping the marker so the directory stays a valid, empty cache. It
 // refuses a directory without the marker and one that a Disk has open.
 func PurgeDir(dir string) error {
-	if err := checkCacheDir(dir); err != nil {
+	if err := CheckDir(dir); err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
 	}
 	f, err := os.Open(filepath.Join(dir, MarkerName))

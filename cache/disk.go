@@ -756,7 +756,7 @@ func (d *Disk) Close() error {
 		// Emptied from outside while in use (a cleaner of /tmp, a user's
 		// rm): what it held is gone, and a file written now would make the
 		// next open refuse a directory without a marker.
-		if _, err := os.Stat(filepath.Join(d.dir, MarkerName)); err != nil {
+		if err := CheckDir(d.dir); err != nil {
 			d.log.Warn("disk cache: its directory lost its marker while in use (emptied from outside?): what it held is gone, and nothing is saved there",
 				"dir", d.dir, "err", err)
 		} else if err := d.saveState(mean, samples, dead); err != nil {

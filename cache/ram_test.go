@@ -97,13 +97,7 @@ func TestRAMReserve(t *testing.T) {
 // nothing.
 func TestRAMPutTwice(t *testing.T) {
 	stats := new(Stats)
-	ram, err := NewRAM(64<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ram.Close)
-	var given atomic.Int64
-	ram.setVictim(func(Key, []byte) { given.Add(1) })
+	ram, given := victimRAM(t, stats)
 	for i := range 50 {
 		k := testKey(keyName(i), 0)
 		ram.Put(k, blockFor(k, 64<<10))
@@ -125,13 +119,7 @@ func TestRAMPutTwice(t *testing.T) {
 // all; never in held alone, where it was served and drained to disk for
 // ever, never evicted, and not counted in RAMBytes.
 func TestRAMForgetRacesPut(t *testing.T) {
-	stats := new(Stats)
-	ram, err := NewRAM(64<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ram.Close)
-	ram.setVictim(func(Key, []byte) {})
+	ram, _ := victimRAM(t, new(Stats))
 	heldAlone := 0
 	for i := range 3000 {
 		k := testKey(keyName(i), 0)
@@ -194,8 +182,22 @@ func TestRAMCloseWhileUsed(t *testing.T) {
 		k := testKey("after", 0)
 		ram.Put(k, blockFor(k, 4<<10))
 		ram.Flush()
-		if _, ok := ram.c.Get(ramKey(k)); ok {
-			t.Fatal("a Put after Close was stored")
+		if _, ok := ram.Get(k); ok {
+			t.Fatal("a Put after Close is served")
 		}
 	}
+}
+
+// victimRAM is a 64 MiB RAM tier with a victim, as under a disk tier,
+// closed at cleanup; the counter counts the blocks given to the victim.
+func victimRAM(t *testing.T, stats *Stats) (*RAM, *atomic.Int64) {
+	t.Helper()
+	ram, err := NewRAM(64<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	given := new(atomic.Int64)
+	ram.setVictim(func(Key, []byte) { given.Add(1) })
+	return ram, given
 }

@@ -29,11 +29,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/store"
 )
 
@@ -94,9 +94,9 @@ type Options struct {
 	// copies leave free (as the disk cache's floor): a copy that would
 	// cross it is not made.
 	MinFree float64
-	// DiskFree returns the bytes free (for an unprivileged writer) and the
-	// size of the file system holding dir; nil is statfs(2).
-	DiskFree func(dir string) (free, size int64, err error)
+	// DiskFree returns the bytes free on the file system holding dir and
+	// the floor minFree keeps there; nil is cache.FreeSpace.
+	DiskFree func(dir string, minFree float64) (free, floor int64, err error)
 	// Made, if set, is called after a copy of obj is made: the source may
 	// drop what it holds of obj (the copy has every byte).
 	Made   func(obj store.Object)
@@ -204,7 +204,7 @@ func New(dir string, src Opener, opts Options) (*Copies, error) {
 		opts.Stats = &Stats{}
 	}
 	if opts.DiskFree == nil {
-		opts.DiskFree = statfs
+		opts.DiskFree = cache.FreeSpace
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local copies: %w", err)
@@ -336,12 +336,51 @@ func (c *Copies) Has(obj store.Object) bool {
 // pin finds or starts obj's copy and pins it.
 func (c *Copies) pin(obj store.Object) (*entry, error) {
 	key := versionKey(obj)
+	c.mu.Lock()
+	e, err := c.heldLocked(key, obj)
+	c.mu.Unlock()
+	if e != nil || err != nil {
+		return e, err
+	}
+	// A new copy: the file system's room, asked outside the lock (no I/O
+	// under it), and only for a new copy, not at every open of a file that
+	// has one.
+	free, floor, ferr := c.opts.DiskFree(c.dir, c.opts.MinFree)
 	var evicted []string
 	defer removeFiles(&evicted) // after the unlock below
-	// Asked before the lock (no I/O under it); a new copy needs it.
-	free, size, ferr := c.opts.DiskFree(c.dir)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e, err := c.heldLocked(key, obj); e != nil || err != nil {
+		return e, err // started, or failed, meanwhile
+	}
+	switch {
+	case ferr != nil:
+		return nil, fmt.Errorf("local copy of %s: free space of %s: %w", obj.Key, c.dir, ferr)
+	case free-c.writing-obj.Size < floor:
+		// Copies of other versions or files removed for room would free
+		// some; the floor is a bound, not a target: no copy this time.
+		return nil, fmt.Errorf("local copy of %s (%d bytes): %d bytes free on the disk, %d being written, %d kept free: %w",
+			obj.Key, obj.Size, free, c.writing, floor, ErrNoRoom)
+	}
+	c.staleLocked(obj, &evicted)
+	if !c.roomLocked(obj.Size, &evicted) {
+		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
+	}
+	e = &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
+	c.byKey[key] = e
+	c.used += obj.Size
+	c.writing += obj.Size
+	c.wg.Add(1)
+	c.stats.Inflight.Add(1)
+	go c.make(e, obj, false)
+	return e, nil
+}
+
+// heldLocked pins key's copy if there is one (made, being made, or kept
+// from an earlier Copies: its check starts), and fails when the Copies
+// are closed or key's copy failed lately; (nil, nil) means a new copy is
+// to be made. Called with c.mu held.
+func (c *Copies) heldLocked(key string, obj store.Object) (*entry, error) {
 	if c.closed {
 		return nil, errors.New("local copies: closed")
 	}
@@ -371,27 +410,7 @@ func (c *Copies) pin(obj store.Object) (*entry, error) {
 		}
 		delete(c.failed, key)
 	}
-	switch floor := int64(c.opts.MinFree * float64(size)); {
-	case ferr != nil:
-		return nil, fmt.Errorf("local copy of %s: free space of %s: %w", obj.Key, c.dir, ferr)
-	case free-c.writing-obj.Size < floor:
-		// Copies of other versions or files removed for room would free
-		// some; the floor is a bound, not a target: no copy this time.
-		return nil, fmt.Errorf("local copy of %s (%d bytes): %d bytes free on the disk, %d being written, %d kept free: %w",
-			obj.Key, obj.Size, free, c.writing, floor, ErrNoRoom)
-	}
-	c.staleLocked(obj, &evicted)
-	if !c.roomLocked(obj.Size, &evicted) {
-		return nil, fmt.Errorf("local copy of %s (%d bytes, budget %d): %w", obj.Key, obj.Size, c.opts.Budget, ErrNoRoom)
-	}
-	e := &entry{key: key, objKey: obj.Key, etag: obj.ETag, size: obj.Size, done: make(chan struct{}), pins: 1}
-	c.byKey[key] = e
-	c.used += obj.Size
-	c.writing += obj.Size
-	c.wg.Add(1)
-	c.stats.Inflight.Add(1)
-	go c.make(e, obj, false)
-	return e, nil
+	return nil, nil
 }
 
 // staleLocked removes the unpinned copies of other versions of obj's key:
@@ -562,16 +581,6 @@ func (c *Copies) failedLocked(key string) {
 
 // maxFailed bounds the failed copies remembered.
 const maxFailed = 4096
-
-// statfs returns the bytes free for an unprivileged writer and the size of
-// the file system holding dir.
-func statfs(dir string) (free, size int64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), nil
-}
 
 // verify checks that the file at path holds size bytes hashing to want.
 func (c *Copies) verify(path string, size int64, want uint64) error {

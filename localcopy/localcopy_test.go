@@ -234,8 +234,12 @@ func TestDiskFloor(t *testing.T) {
 	a, b := payload(3000, 1), payload(3000, 2)
 	m := &memOpener{data: map[string][]byte{"a": a, "b": b}, gate: make(chan struct{})}
 	const free, size = 10_000, 100_000 // the floor: 5% of size, 5,000 bytes
+	var asked atomic.Int64
 	c, err := New(filepath.Join(t.TempDir(), "copies"), m, Options{Budget: 1 << 20, Chunk: 1000, MinFree: 0.05,
-		DiskFree: func(string) (int64, int64, error) { return free, size, nil }})
+		DiskFree: func(_ string, minFree float64) (int64, int64, error) {
+			asked.Add(1)
+			return free, int64(minFree * size), nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +260,12 @@ func TestDiskFloor(t *testing.T) {
 	waitFor(t, func() bool { return c.stats.Inflight.Load() == 0 })
 	// Written, a copy counts in the free space the file system reports.
 	acquire(t, c, obj("b", b), b)()
+	// A file with a copy opens without asking the file system.
+	n := asked.Load()
+	acquire(t, c, obj("b", b), b)()
+	if asked.Load() != n {
+		t.Fatal("an open of a file with a copy asked for the free space")
+	}
 }
 
 // A copy of a new version of an object removes the unpinned copy of the

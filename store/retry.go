@@ -82,8 +82,8 @@ type Retrying struct {
 	opts  RetryOptions
 	floor int64 // minProgress(opts.ProgressTimeout)
 
-	warnedAt atomic.Int64 // unix ns of the last warning of retries
-	unwarned atomic.Int64 // retries since that warning
+	warnedAt      atomic.Int64 // unix ns of the last warning of retries
+	warnedRetries atomic.Int64 // Stats.Retries at that warning
 }
 
 // NewRetrying wraps s.
@@ -141,6 +141,7 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 	for attempt := 0; attempt < r.opts.Attempts; attempt++ {
 		if attempt > 0 {
 			r.opts.Stats.Retries.Add(1)
+			r.warnRetries(what, err)
 			backoff := r.opts.BaseDelay << min(attempt-1, 20)
 			backoff = rand.N(min(backoff, r.opts.MaxDelay)) + time.Millisecond
 			// A backoff past the deadline is cut short, not skipped: the
@@ -168,7 +169,6 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 		if !Retryable(err) || time.Now().After(deadlineAt()) {
 			break
 		}
-		r.noteRetry(what, err)
 	}
 	if Retryable(err) {
 		r.opts.Stats.GaveUp.Add(1)
@@ -177,10 +177,10 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 	return err
 }
 
-// noteRetry counts a retry about to be made for err, and warns of it
-// unless a warning went out less than retryWarnEvery ago.
-func (r *Retrying) noteRetry(what string, err error) {
-	n := r.unwarned.Add(1)
+// warnRetries warns of a retry just counted, for err, with the retries
+// since the last warning, unless that went out less than retryWarnEvery
+// ago.
+func (r *Retrying) warnRetries(what string, err error) {
 	if r.opts.Logger == nil {
 		return
 	}
@@ -188,9 +188,9 @@ func (r *Retrying) noteRetry(what string, err error) {
 	if now-last < int64(retryWarnEvery) || !r.warnedAt.CompareAndSwap(last, now) {
 		return
 	}
-	r.unwarned.Add(-n)
+	retries := r.opts.Stats.Retries.Load()
 	r.opts.Logger.Warn("the object store fails requests; retrying them (one line per "+retryWarnEvery.String()+")",
-		"retries", n, "op", what, "err", err)
+		"retries", retries-r.warnedRetries.Swap(retries), "op", what, "err", err)
 }
 
 // watchdog cancels a request when its timer fires: first byte, then progress.

@@ -847,7 +847,7 @@ func saveManifests(ctx context.Context, logger *slog.Logger, fsys *fuse.FS, prel
 		}
 		// As the disk cache at its Close: a directory emptied from outside
 		// would refuse the next mount once this file is in it.
-		if _, err := os.Stat(filepath.Join(filepath.Dir(path), cache.MarkerName)); err != nil {
+		if err := cache.CheckDir(filepath.Dir(path)); err != nil {
 			logger.Warn("namespace manifest not saved: the cache directory lost its marker (emptied from outside?)", "err", err)
 			return
 		}

@@ -184,13 +184,14 @@ func checkStore(ctx context.Context, st *s3.Store, prefix string, cfg s3.Config,
 	if cfg.Endpoint == "" {
 		notAWS = " (another S3 server than AWS? give its --endpoint)"
 	}
+	badName := s3.CheckBucketName(cfg.Bucket)
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil: // a signal, not the endpoint
 		return fmt.Errorf("stopped while checking bucket %q at %s: %w", cfg.Bucket, where, context.Cause(ctx))
-	case s3.CheckBucketName(cfg.Bucket) != nil:
-		return fmt.Errorf("bucket %q at %s failed, and its name is not an S3 bucket name (%v): %w", cfg.Bucket, where, s3.CheckBucketName(cfg.Bucket), err)
+	case badName != nil:
+		return fmt.Errorf("bucket %q at %s failed, and its name is not an S3 bucket name (%v): %w", cfg.Bucket, where, badName, err)
 	case errors.Is(err, store.ErrNoBucket):
 		return noBucketError{bucket: cfg.Bucket, where: where}
 	case errors.Is(err, store.ErrAccess):

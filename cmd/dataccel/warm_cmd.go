@@ -423,7 +423,10 @@ func notCached(loader *prefetch.Loader, objs []store.Object, failed []warmFailur
 		skip[f.key] = true
 	}
 	for _, o := range objs {
-		if n := loader.Uncached(o); !skip[o.Key] && n > 0 {
+		if skip[o.Key] {
+			continue
+		}
+		if n := loader.Uncached(o); n > 0 {
 			missing = append(missing, o)
 			bytes += n
 		}
