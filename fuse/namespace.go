@@ -36,12 +36,20 @@ type listing struct {
 	// counts); relistDue relists only used listings, so a directory the job
 	// left costs one LIST more, not one a ttl for the mount's life.
 	used atomic.Bool
+	// lastUse is when the directory was last asked for (unix ns, to the
+	// second; 0: never), through this listing or the ones it replaced:
+	// dropIdle drops listings left longer than the kernel keeps what they
+	// answered.
+	lastUse atomic.Int64
 }
 
-// use marks l used and returns it.
-func (l *listing) use() *listing {
-	if !l.used.Load() { // a load, not a store, on every lookup
+// use marks l used at now and returns it.
+func (l *listing) use(now time.Time) *listing {
+	if !l.used.Load() { // loads, not stores, on every lookup
 		l.used.Store(true)
+	}
+	if t := now.UnixNano(); t-l.lastUse.Load() >= int64(time.Second) {
+		l.lastUse.Store(t)
 	}
 	return l
 }
@@ -134,8 +142,8 @@ func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
-	if l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir]) {
-		return l.use(), l
+	if now := ns.now(); l != nil && (ns.fresh(l, now) || ns.relisting[dir]) {
+		return l.use(now), l
 	}
 	return nil, l
 }
@@ -161,7 +169,7 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 				held = l
 				continue
 			}
-			return l.use(), nil
+			return l.use(ns.now()), nil
 		}
 	}
 }
@@ -210,6 +218,9 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 			changed = changedNames(old, l)
 		}
 		same := old != nil && len(changed) == 0
+		if old != nil {
+			l.lastUse.Store(old.lastUse.Load()) // the kernel's entries from old live on
+		}
 		ns.mu.Lock()
 		if !same || ns.dirs[dir] != old {
 			ns.gen++
@@ -271,6 +282,7 @@ func (ns *namespace) keepFresh() {
 			return
 		case <-t.C:
 			ns.relistDue(ns.bg)
+			ns.dropIdle()
 		}
 	}
 }
@@ -345,6 +357,24 @@ func (ns *namespace) relistDue(ctx context.Context) {
 	if failed > 0 && ctx.Err() == nil {
 		ns.log.Warn("relisting directories ahead of --metadata-ttl failed; their listings serve until it passes",
 			"failed", failed, "of", len(due), "err", firstErr)
+	}
+}
+
+// dropIdle drops the listings that serve no more (past their ttl, not
+// being relisted) and that no lookup or readdir asked for in two ttls:
+// the kernel's entries from them have expired (they live a ttl from the
+// last answer), so the next lookup lists the directory as a first one
+// would, and a mount that walked millions of files once does not hold
+// them (about 150 B a file) for its life. Prefetch hints read from held
+// listings and find none, as before the first listing.
+func (ns *namespace) dropIdle() {
+	now := ns.now()
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	for dir, l := range ns.dirs {
+		if !ns.fresh(l, now) && !ns.relisting[dir] && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
+			delete(ns.dirs, dir)
+		}
 	}
 }
 

@@ -385,6 +385,70 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 	}
 }
 
+// TestDropIdle: a listing that serves no more and that no lookup asked
+// for in two TTLs is dropped (a mount that walked a large bucket once does
+// not hold it for its life); one in use, or whose kernel entries may live
+// on, is kept, through its relistings too; a dropped directory is listed
+// again at its next lookup.
+func TestDropIdle(t *testing.T) {
+	var clock atomic.Int64
+	st := &clockLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "r/b": nil, "u/c": nil, "k/e": nil}}, clock: &clock}
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.DiscardHandler))
+	start := time.Now()
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	at := func(d time.Duration) {
+		t.Helper()
+		clock.Store(int64(d))
+		ns.relistDue(t.Context())
+		ns.dropIdle()
+	}
+	held := func(want map[string]bool) {
+		t.Helper()
+		for dir, w := range want {
+			if got := ns.held(dir) != nil; got != w {
+				t.Errorf("at %v: %s held %v, want %v", time.Duration(clock.Load()), dir, got, w)
+			}
+		}
+	}
+	ns.restore("", []store.ManifestDir{{Dir: "r/", Files: []store.Object{{Key: "r/b"}}}}, time.Time{})
+	if _, err := ns.list(t.Context(), "d/"); err != nil { // used
+		t.Fatal(err)
+	}
+	if r := <-ns.fetchShared("u/", nil, time.Time{}); r.Err != nil { // listed ahead, never asked for
+		t.Fatal(r.Err)
+	}
+	if _, err := ns.list(t.Context(), "k/"); err != nil {
+		t.Fatal(err)
+	}
+
+	at(50 * time.Minute) // d/ and k/ relisted (used); nothing past its TTL
+	held(map[string]bool{"d/": true, "r/": true, "u/": true, "k/": true})
+	if _, err := ns.list(t.Context(), "k/"); err != nil { // k/ used again, through its relisting
+		t.Fatal(err)
+	}
+	at(65 * time.Minute) // r/ and u/ expired, never asked for: dropped
+	held(map[string]bool{"d/": true, "r/": false, "u/": false, "k/": true})
+	lists := st.lists.Load()
+	// d/'s relisting of 50 minutes expired at 110 and is not relisted (not
+	// used since), but the kernel may hold entries answered at 0 until 60:
+	// kept for two TTLs from that use; k/, used at 50, until 170.
+	at(115 * time.Minute)
+	held(map[string]bool{"d/": true, "k/": true})
+	at(121 * time.Minute)
+	held(map[string]bool{"d/": false, "k/": true})
+	at(171 * time.Minute)
+	held(map[string]bool{"k/": false})
+	if n := st.lists.Load(); n != lists {
+		t.Fatalf("%d LISTs while dropping, want %d (none)", n, lists)
+	}
+	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); err != nil || !ok {
+		t.Fatalf("lookup in a dropped directory: %v %v", ok, err)
+	}
+	if n := st.lists.Load(); n != lists+1 {
+		t.Fatalf("%d LISTs, want %d: the dropped directory listed again", n, lists+1)
+	}
+}
+
 // TestRelistUnchanged: a relisting that finds the directory as it was
 // leaves the generation alone (the manifest is not saved again for it);
 // one that finds a change moves it.
