@@ -521,9 +521,16 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		}
 	}
 	fresh := path == ""
+	counted := !check // in c.writing: a new copy since Acquire, a kept one once it is made again
 	if fresh && c.ctx.Err() != nil { // closing (a stopped check included): nothing to make
 		err = fmt.Errorf("local copy of %s: %w", obj.Key, c.ctx.Err())
 	} else if fresh {
+		if !counted {
+			c.mu.Lock()
+			c.writing += e.size
+			c.mu.Unlock()
+			counted = true
+		}
 		path, sum, err = c.write(obj)
 		if err == nil && c.opts.Made != nil {
 			c.opts.Made(obj)
@@ -531,7 +538,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fresh {
+	if counted {
 		c.writing -= e.size
 	}
 	if err != nil {

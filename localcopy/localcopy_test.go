@@ -429,6 +429,14 @@ func TestKeptForTheNextCopies(t *testing.T) {
 			}
 			acquire(t, c2, obj("a", a), a)()
 			acquire(t, c2, obj("a", a), a)()
+			// A kept copy made again counts as being written while it is,
+			// no longer: the disk's floor is kept from that count.
+			c2.mu.Lock()
+			writing := c2.writing
+			c2.mu.Unlock()
+			if writing != 0 {
+				t.Errorf("%d bytes counted as being written once every copy settled, want 0", writing)
+			}
 			if m2.opens.Load() != tc.wantOpens || made.Load() != tc.wantOpens || stats.Adopted.Load() != tc.adopted || stats.Rejected.Load() != tc.rejected {
 				t.Errorf("store opens %d, Made calls %d, adopted %d, rejected %d; want %d, %d, %d, %d",
 					m2.opens.Load(), made.Load(), stats.Adopted.Load(), stats.Rejected.Load(), tc.wantOpens, tc.wantOpens, tc.adopted, tc.rejected)
@@ -484,6 +492,9 @@ func TestCloseStopsCheck(t *testing.T) {
 	}
 	if stats.Rejected.Load() != 0 {
 		t.Errorf("a copy whose check Close stopped was counted damaged (%d)", stats.Rejected.Load())
+	}
+	if c2.writing != 0 { // Close waited for the check
+		t.Errorf("%d bytes counted as being written after a stopped check, want 0", c2.writing)
 	}
 	// It stays for the next Copies, which checks it again and uses it.
 	var stats3 Stats
