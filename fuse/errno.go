@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"syscall"
 
 	"github.com/dataccel/dataccel/store"
@@ -31,6 +32,8 @@ func errno(err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, store.ErrAccess):
 		return syscall.EACCES
+	case errors.Is(err, fs.ErrClosed): // before Canceled, which the loader's close wraps too: a reader would retry EINTR on a mount that is gone
+		return syscall.EIO
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	case errors.As(err, &en) && passThrough[en]:
