@@ -641,7 +641,7 @@ func (d *Disk) Put(k Key, b []byte) {
 // putWait queues b for writing under k like Put, but waits for room in
 // the queue rather than drop it (for Tiered.Drain). It reports false once
 // the tier is closed or disabled.
-func (d *Disk) putWait(k Key, b []byte) bool {
+func (d *Disk) putWait(k Key, b []byte, deadline time.Time) bool {
 	if d.Disabled() {
 		return false
 	}
@@ -652,7 +652,13 @@ func (d *Disk) putWait(k Key, b []byte) bool {
 	}
 	n := int64(len(b))
 	d.pendMu.Lock()
+	wake := d.wakeAt(deadline)
+	defer wake.Stop()
 	for d.pendSize > 0 && d.pendSize+n > d.opts.QueueBytes {
+		if !time.Now().Before(deadline) { // a disk that hangs must not hold the exit
+			d.pendMu.Unlock()
+			return false
+		}
 		d.pendCond.Wait() // the writers drain the queue until Close, which waits for qmu
 	}
 	d.pend++
@@ -704,11 +710,35 @@ func (d *Disk) Full() bool {
 // Flush waits until every Put made before it has been written or dropped.
 // It does not wait for a compaction.
 func (d *Disk) Flush() {
+	d.flushUntil(time.Time{})
+}
+
+// flushUntil is Flush that gives up at deadline (zero: never), and says
+// whether the queue emptied.
+func (d *Disk) flushUntil(deadline time.Time) bool {
 	d.pendMu.Lock()
+	defer d.pendMu.Unlock()
+	if !deadline.IsZero() {
+		wake := d.wakeAt(deadline)
+		defer wake.Stop()
+	}
 	for d.pend > 0 {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return false
+		}
 		d.pendCond.Wait()
 	}
-	d.pendMu.Unlock()
+	return true
+}
+
+// wakeAt wakes the waiters on pendCond at deadline, so that they can give
+// up. Called with pendMu held; the caller stops the timer.
+func (d *Disk) wakeAt(deadline time.Time) *time.Timer {
+	return time.AfterFunc(time.Until(deadline), func() {
+		d.pendMu.Lock()
+		d.pendCond.Broadcast()
+		d.pendMu.Unlock()
+	})
 }
 
 // Close drains the write queue, stops the writers and the compactor (a

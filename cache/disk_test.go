@@ -1997,7 +1997,7 @@ func TestDiskQueueBytes(t *testing.T) {
 	}
 	for i := range 20 {
 		k := testKey(keyName(i), 2)
-		if !d.putWait(k, blockFor(k, block)) {
+		if !d.putWait(k, blockFor(k, block), time.Now().Add(time.Minute)) {
 			t.Fatal("putWait refused")
 		}
 	}

@@ -53,7 +53,8 @@ func (t *Tiered) toDisk(k Key, b []byte) {
 // waiter is a disk tier that can wait for room in its write queue, and
 // count the blocks it wrote.
 type waiter interface {
-	putWait(Key, []byte) bool
+	putWait(k Key, b []byte, deadline time.Time) bool
+	flushUntil(deadline time.Time) bool
 	written() int64
 }
 
@@ -71,15 +72,13 @@ func (t *Tiered) Drain(deadline time.Time) (saved, left int) {
 	t.victimRAM.drain(func(k Key, b []byte) {
 		switch {
 		case t.onDisk(k):
-		case time.Now().After(deadline) || !w.putWait(k, b):
+		case time.Now().After(deadline) || !w.putWait(k, b, deadline):
 			left++
 		default:
 			queued++
 		}
 	})
-	if f, ok := t.disk.(flusher); ok {
-		f.Flush()
-	}
+	w.flushUntil(deadline) // what a slow disk has not written by then is left to Close
 	saved = min(int(w.written()-before), queued)
 	return saved, left + queued - saved
 }

@@ -226,3 +226,37 @@ func TestTieredDrainFullDisk(t *testing.T) {
 			saved, left, onDisk, blocks, blocks)
 	}
 }
+
+// TestTieredDrainHungDisk: a disk whose writes hang (here its statfs)
+// holds Drain no longer than its deadline, whether it waits for room in
+// the queue or for the queued writes; what was not written counts as left.
+func TestTieredDrainHungDisk(t *testing.T) {
+	const size, blocks = 64 << 10, 32
+	stats := &Stats{}
+	r, err := NewRAM(4<<20, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueBytes: 4 * size, MinFreeFraction: -1, Stats: stats})
+	hung := make(chan struct{})
+	t.Cleanup(func() { close(hung) }) // before the disk's Close, which waits for its writers
+	d.freeSpace = func(string, float64) (int64, int64, error) {
+		<-hung
+		return 1 << 40, 0, nil
+	}
+	tt := NewTiered(r, d)
+	for i := range blocks { // 2 MiB: fits in RAM
+		k := testKey("k", int64(i))
+		tt.Put(k, blockFor(k, size))
+	}
+	tt.Flush()
+	start := time.Now()
+	saved, left := tt.Drain(start.Add(200 * time.Millisecond))
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Drain took %s on a hung disk with a deadline of 200ms", took)
+	}
+	if saved != 0 || left != blocks {
+		t.Fatalf("Drain saved %d, left %d on a hung disk; want 0, %d", saved, left, blocks)
+	}
+}
