@@ -52,25 +52,31 @@ type getter struct {
 }
 
 // target returns the base URL, the path prefix and the region, learning
-// them on first use.
+// them on first use. The presign runs outside g.mu: it may fetch keys or
+// ask the bucket's region, and a request waiting on the lock could not be
+// cancelled; first callers at once each presign, and agree.
 func (g *getter) target(ctx context.Context) (base, prefix, region string, err error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.base != "" {
-		return g.base, g.prefix, g.region, nil
+	base, prefix, region = g.base, g.prefix, g.region
+	g.mu.Unlock()
+	if base != "" {
+		return base, prefix, region, nil
 	}
 	const probe = "k"
 	u, err := g.presigner.Presign(ctx, http.MethodGet, g.bucket, probe, time.Minute, nil)
 	if err != nil {
-		return "", "", "", g.mapErr(err)
+		return "", "", "", g.mapErr(ctx, err)
 	}
 	// X-Amz-Credential is key-id/date/region/s3/aws4_request.
 	scope := strings.Split(u.Query().Get("X-Amz-Credential"), "/")
 	if len(scope) != 5 || !strings.HasSuffix(u.Path, "/"+probe) {
 		return "", "", "", fmt.Errorf("unexpected presigned URL form for bucket %q", g.bucket)
 	}
-	g.base, g.prefix, g.region = u.Scheme+"://"+u.Host, strings.TrimSuffix(u.Path, probe), scope[2]
-	return g.base, g.prefix, g.region, nil
+	base, prefix, region = u.Scheme+"://"+u.Host, strings.TrimSuffix(u.Path, probe), scope[2]
+	g.mu.Lock()
+	g.base, g.prefix, g.region = base, prefix, region
+	g.mu.Unlock()
+	return base, prefix, region, nil
 }
 
 // mapErr is mapErr, but for an answer that says the keys expired before
@@ -80,7 +86,7 @@ func (g *getter) target(ctx context.Context) (base, prefix, region string, err e
 // they cannot be renewed: ErrAccess, as for keys that never renew. The
 // failures of requests in flight when the keys were dropped (signed with
 // them too) drop nothing more for a second: one fetch, not one each.
-func (g *getter) mapErr(err error) error { return g.mapErrSigned(err, "") }
+func (g *getter) mapErr(ctx context.Context, err error) error { return g.mapErrSigned(ctx, err, "") }
 
 // signedWith names keys as mapErrSigned compares them.
 func signedWith(v credentials.Value) string { return v.AccessKeyID + "\x00" + v.SessionToken }
@@ -90,12 +96,12 @@ func signedWith(v credentials.Value) string { return v.AccessKeyID + "\x00" + v.
 // replaced since drops nothing and stays retryable, however late it comes:
 // a slow answer to the old keys once dropped the new ones, and when the
 // provider handed those out again, failed for good though they worked.
-func (g *getter) mapErrSigned(err error, signed string) error {
+func (g *getter) mapErrSigned(ctx context.Context, err error, signed string) error {
 	code := minio.ToErrorResponse(err).Code
 	if !g.renews || code != "ExpiredToken" && code != "TokenRefreshRequired" {
 		return mapErr(err)
 	}
-	v, verr := g.creds.GetWithContext(&credentials.CredContext{Client: g.http})
+	v, verr := g.creds.GetWithContext(&credentials.CredContext{Client: g.http, Context: ctx})
 	if verr != nil {
 		return fmt.Errorf("the keys expired early, and new ones could not be fetched (%v): %w", verr, mapErr(err))
 	}
@@ -216,7 +222,7 @@ func (g *getter) get(ctx context.Context, obj store.Object, off, n int64) (io.Re
 	default:
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return nil, g.mapErrSigned(errorResponse(resp, body, g.bucket, obj.Key), signed)
+		return nil, g.mapErrSigned(ctx, errorResponse(resp, body, g.bucket, obj.Key), signed)
 	}
 	size := resp.ContentLength // of a 200: the whole object
 	if resp.StatusCode == http.StatusPartialContent {

@@ -463,3 +463,60 @@ func TestExpiredTokenLateAnswers(t *testing.T) {
 	}
 	rc.Close()
 }
+
+// slowRenewal hands out K1 at its first fetch; later fetches last until
+// their context ends (a slow STS, a hung instance profile).
+type slowRenewal struct{ fetches atomic.Int64 }
+
+func (k *slowRenewal) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
+	if k.fetches.Add(1) > 1 {
+		<-cc.Context.Done()
+		return credentials.Value{}, cc.Context.Err()
+	}
+	// Expired by the time the late answer asks for new keys: the renewal
+	// then gets its whole fetch time (10 s), not the second it gets while
+	// the keys are valid.
+	return credentials.Value{AccessKeyID: "K1", SecretAccessKey: "s", SessionToken: "t", Expiration: time.Now().Add(200 * time.Millisecond)}, nil
+}
+func (k *slowRenewal) Retrieve() (credentials.Value, error) { return k.RetrieveWithCredContext(nil) }
+func (k *slowRenewal) IsExpired() bool                      { return false }
+
+// TestExpiredTokenRenewalHeedsTheRequest: the fetch of new keys that an
+// ExpiredToken answer starts ends with the request's context (a cancelled
+// read, a LIST past its deadline), not after the renewal's own 10 s.
+func TestExpiredTokenRenewalHeedsTheRequest(t *testing.T) {
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	h := func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		arrived.Wait() // both signed with K1: the first answer drops it, the second fetches anew
+		if strings.HasSuffix(r.URL.Path, "/late") {
+			time.Sleep(300 * time.Millisecond)
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(h))
+	t.Cleanup(srv.Close)
+	st, err := New(Config{Endpoint: srv.URL, Bucket: "bkt", Region: "us-east-1", PathStyle: true, Provider: &slowRenewal{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, key := range []string{"first", "late"} {
+		wg.Go(func() {
+			if rc, err := st.ReadRange(ctx, store.Object{Key: key, Size: 1, ETag: "e"}, 0, 1); err == nil {
+				rc.Close()
+				t.Errorf("%s: read with expired keys", key)
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("reads with a deadline of 500ms took %s: the renewal ignored their context", took)
+	}
+}

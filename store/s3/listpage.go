@@ -72,7 +72,7 @@ func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, sta
 	}
 	u, err := s.presigner.Presign(ctx, http.MethodGet, s.bucket, "", 15*time.Minute, q)
 	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErr(err))
+		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErr(ctx, err))
 	}
 	if s.anonymous {
 		// minio-go presigns only with keys: it signed with stand-ins, and
@@ -103,7 +103,7 @@ func (s *Store) listPage(ctx context.Context, prefix string, recursive bool, sta
 		return nil, fmt.Errorf("list %q: %w", prefix, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErrSigned(errorResponse(resp, body, s.bucket, ""), presignedWith(u)))
+		return nil, fmt.Errorf("list %q: %w", prefix, s.get.mapErrSigned(ctx, errorResponse(resp, body, s.bucket, ""), presignedWith(u)))
 	}
 	if len(body) > maxListBody {
 		return nil, fmt.Errorf("list %q: response larger than %d bytes", prefix, maxListBody)

@@ -243,7 +243,7 @@ func (s *Store) Check(ctx context.Context, prefix string) error {
 func (s *Store) Stat(ctx context.Context, key string) (store.Object, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("stat %q: %w", key, s.get.mapErr(err))
+		return store.Object{}, fmt.Errorf("stat %q: %w", key, s.get.mapErr(ctx, err))
 	}
 	return toObject(info), nil
 }
@@ -267,7 +267,7 @@ func (s *Store) MakeBucket(ctx context.Context) error {
 		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
 			return nil
 		}
-		return fmt.Errorf("make bucket %q: %w", s.bucket, s.get.mapErr(err))
+		return fmt.Errorf("make bucket %q: %w", s.bucket, s.get.mapErr(ctx, err))
 	}
 	return nil
 }
@@ -287,7 +287,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (s
 		DisableMultipart: size >= 0 && size < 64<<20,
 	})
 	if err != nil {
-		return store.Object{}, fmt.Errorf("put %q: %w", key, s.get.mapErr(err))
+		return store.Object{}, fmt.Errorf("put %q: %w", key, s.get.mapErr(ctx, err))
 	}
 	return object(key, info.Size, info.ETag, info.LastModified), nil
 }
@@ -295,7 +295,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) (s
 // Remove deletes one object; a missing object is not an error.
 func (s *Store) Remove(ctx context.Context, key string) error {
 	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
-		return fmt.Errorf("remove %q: %w", key, s.get.mapErr(err))
+		return fmt.Errorf("remove %q: %w", key, s.get.mapErr(ctx, err))
 	}
 	return nil
 }
