@@ -222,11 +222,11 @@ func (a *announceFile) Fsync(ctx context.Context, _ gofs.FileHandle, _ uint32) s
 	return 0
 }
 
-// announce runs on its own goroutine with its own deadline, once writes
-// have paused since the write that armed it (seq armed): the writer has
-// gone by now, so a failure can only be logged.
+// announce runs on its own goroutine with its own deadline, within the
+// mount's life, once writes have paused since the write that armed it (seq
+// armed): the writer has gone by now, so a failure can only be logged.
 func (a *announceFile) announce(armed uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(a.fsys.ns.bg, 5*time.Minute)
 	defer cancel()
 	if err := a.apply(ctx, cancel, armed); err != nil && ctx.Err() == nil && !errors.Is(err, errSuperseded) {
 		a.fsys.log.Warn("announced order not applied", "err", err)

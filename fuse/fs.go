@@ -127,6 +127,9 @@ type FS struct {
 	// showed (the store's GETs and LISTs disagree), warned about once.
 	// Guarded by healMu; cleared with staleSince.
 	disagreed map[uint64]bool
+	// healLists bounds the LISTs heal runs at once: a re-uploaded dataset
+	// makes every directory stale together.
+	healLists chan struct{}
 
 	dropMu      sync.Mutex
 	dropping    map[string]map[string]bool // guarded by dropMu: per directory, names whose kernel entries are to go
@@ -201,12 +204,12 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, dropping: map[string]map[string]bool{}}
+		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, healLists: make(chan struct{}, healParallel),
+		dropping: map[string]map[string]bool{}}
 	ns.changed = f.entriesChanged
 	if !cfg.passthrough() {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
-	go ns.keepFresh() // until stop
 	return f
 }
 
@@ -670,6 +673,10 @@ func (f *FS) dropEntries() {
 	}
 }
 
+// healParallel is how many directories heal lists again at once, as
+// relistDue does.
+const healParallel = 2
+
 // staleVersions bounds healStale's memory of stale versions.
 const staleVersions = 1 << 16
 
@@ -696,7 +703,10 @@ func (f *FS) heal(dir string) {
 				"dir", dir, "files", len(nodes)-disagree)
 		}
 		if due {
-			if err := f.ns.awaitSince(dir, judged, judgedAt); err != nil {
+			f.healLists <- struct{}{}
+			err := f.ns.awaitSince(dir, judged, judgedAt)
+			<-f.healLists
+			if err != nil {
 				f.log.Warn("listing a directory again after a changed object failed; its old entries serve until --metadata-ttl passes",
 					"dir", dir, "err", err)
 				continue

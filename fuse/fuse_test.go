@@ -698,6 +698,63 @@ func TestHealBounded(t *testing.T) {
 	}
 }
 
+// slowListing is disagreeingStore whose LISTs, once armed, take a while
+// and count how many run at once.
+type slowListing struct {
+	disagreeingStore
+	armed        atomic.Bool
+	running, top atomic.Int64
+}
+
+func (s *slowListing) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	if s.armed.Load() {
+		n := s.running.Add(1)
+		defer s.running.Add(-1)
+		for top := s.top.Load(); n > top && !s.top.CompareAndSwap(top, n); top = s.top.Load() {
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s.memStore.List(ctx, prefix, recursive, fn)
+}
+
+// TestHealListsBounded: when the files of many directories go stale at
+// once (a dataset uploaded again), their directories are listed again a
+// few at a time, not all together.
+func TestHealListsBounded(t *testing.T) {
+	const dirs = 12
+	objs := map[string][]byte{}
+	for i := range dirs {
+		objs[fmt.Sprintf("d%02d/f", i)] = []byte("x")
+	}
+	slow := &slowListing{disagreeingStore: disagreeingStore{memStore{objs: objs}}}
+	st := store.NewCounting(slow)
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, ListAhead: -1})
+	for i := range dirs { // listed: the first LISTs are not counted
+		if _, err := os.Stat(filepath.Join(m.Dir, fmt.Sprintf("d%02d/f", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := st.C.Lists.Load()
+	slow.armed.Store(true)
+	var wg sync.WaitGroup
+	for i := range dirs {
+		wg.Go(func() {
+			if _, err := os.ReadFile(filepath.Join(m.Dir, fmt.Sprintf("d%02d/f", i))); !errors.Is(err, syscall.ESTALE) {
+				t.Errorf("read: %v, want ESTALE", err)
+			}
+		})
+	}
+	wg.Wait()
+	for deadline := time.Now().Add(20 * time.Second); st.C.Lists.Load() < listed+dirs; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d directories listed again after their files went stale, want %d", st.C.Lists.Load()-listed, dirs)
+		}
+	}
+	if top := slow.top.Load(); top > healParallel {
+		t.Fatalf("%d LISTs at once to heal, want at most %d", top, healParallel)
+	}
+}
+
 // TestConcurrentOpens opens one file from many goroutines while its
 // directory listing expires: a race detector check of the metadata path.
 func TestConcurrentOpens(t *testing.T) {

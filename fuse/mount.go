@@ -242,6 +242,7 @@ func New(dir string, cfg Config) (*Mount, error) {
 	}
 	root := &dirNode{fsys: fsys, key: cfg.Prefix}
 	fsys.root = root
+	go fsys.ns.keepFresh() // until fsys.stop; after the fields above, which its relistings read
 	ttl := fsys.cfg.MetadataTTL
 	opts := &gofs.Options{
 		// The root's inode number is 1 (FUSE's root id), as its children
