@@ -225,7 +225,7 @@ func NewDisk(opts DiskOptions) (*Disk, error) {
 		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stats == nil {
 		opts.Stats = new(Stats)

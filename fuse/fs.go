@@ -433,6 +433,9 @@ type fileNode struct {
 	fsys *FS
 	obj  store.Object // immutable
 
+	// Lock order: mu, then what Opener.Open takes under it (prefetch's
+	// locks, and through its Siblings the namespace's ns.mu); none of
+	// those is held while mu is asked for.
 	mu sync.Mutex
 	r  Reader // guarded by mu: the reader of the latest pass over the file
 

@@ -78,6 +78,9 @@ func position[N string | []byte](l *listing, name N) (int, bool) {
 	return lo, lo < len(l.entries) && l.entries[lo].name == string(name)
 }
 
+// maxWarned bounds the keys a namespace remembers it warned about.
+const maxWarned = 1 << 16
+
 // namespace caches directory listings of the mounted prefix for ttl. A
 // directory is listed with one delimiter LIST (paginated), which answers
 // lookups of all its children at once: far cheaper than a HEAD per file.
@@ -582,6 +585,9 @@ func invalidNameReason(name string) string {
 func (ns *namespace) warn(key, reason string) {
 	ns.mu.Lock()
 	seen := ns.warned[key]
+	if !seen && len(ns.warned) >= maxWarned {
+		clear(ns.warned) // a bucket of millions of such keys: warned again, not held for good
+	}
 	ns.warned[key] = true
 	ns.mu.Unlock()
 	if !seen {

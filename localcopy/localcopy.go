@@ -106,7 +106,8 @@ type Options struct {
 
 // Copies makes and keeps local copies in one directory.
 //
-// Lock order: mu only; no I/O under it.
+// Lock order: mu only. No I/O under it but the rename that takes a copy
+// out of the way (removeLocked); the file is removed after the unlock.
 type Copies struct {
 	dir    string
 	src    Opener
@@ -521,7 +522,7 @@ func (c *Copies) make(e *entry, obj store.Object, check bool) {
 		}
 	}
 	fresh := path == ""
-	counted := !check // in c.writing: a new copy since Acquire, a kept one once it is made again
+	counted := !check                // in c.writing: a new copy since Acquire, a kept one once it is made again
 	if fresh && c.ctx.Err() != nil { // closing (a stopped check included): nothing to make
 		err = fmt.Errorf("local copy of %s: %w", obj.Key, c.ctx.Err())
 	} else if fresh {

@@ -139,7 +139,7 @@ func (l *Loader) partErr(ctx context.Context, obj store.Object, i int64, err err
 	case ctx.Err() != nil:
 		return fmt.Errorf("prefetch: read %q: %w", obj.Key, ctx.Err())
 	}
-	return fmt.Errorf("prefetch: fetch %q block %d %w", obj.Key, i, err)
+	return fmt.Errorf("prefetch: fetch %q block %d: %w", obj.Key, i, err)
 }
 
 // chanceSet remembers the blocks that readers at random offsets missed

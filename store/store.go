@@ -1,9 +1,11 @@
 // Package store defines what dataccel needs from object storage: the Store
-// interface, object metadata, sentinel errors, and decorators that add
-// behaviour around any Store (request counting, parallel listing).
+// interface, object metadata, sentinel errors, decorators that add
+// behaviour around any Store (retries with deadlines, request counting),
+// helpers over any Store (ListAll, the parallel walk) and the namespace
+// manifest's file format.
 //
 // It owns no network code: store/s3 is the only implementation that talks to
-// a server, and the only importer of minio-go. It knows nothing of caches or FUSE.
+// a server. It knows nothing of caches or FUSE.
 package store
 
 import (

@@ -605,7 +605,9 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 
 	if f.cacheDir != "" {
 		rec := filepath.Join(f.cacheDir, mountRecord)
-		os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644)
+		if err := os.WriteFile(rec, []byte(m.Dir+"\n"), 0o644); err != nil {
+			logger.Warn("mount record not written in the cache dir: `cache stat` will not show this mount's counters", "path", rec, "err", err)
+		}
 		defer os.Remove(rec)
 	}
 	servePprof(f.pprofAddr, logger)
