@@ -355,6 +355,15 @@ func (l *Loader) tierHas(k cache.Key) bool {
 	return ok && c.Contains(k)
 }
 
+// forgetter is a tier that can drop a block from RAM alone (cache.Tiered).
+type forgetter interface{ Forget(cache.Key) }
+
+// remover is a tier that can drop a block from every tier (cache.Tiered).
+type remover interface{ Remove(cache.Key) }
+
+// backlogger is a tier that says when its disk writes lag (cache.Tiered).
+type backlogger interface{ Backlogged() bool }
+
 // peeker is a tier that can hand out a block without promoting it to RAM,
 // and say whether RAM held it (cache.Tiered).
 type peeker interface {
@@ -457,7 +466,7 @@ func (l *Loader) Forget(obj store.Object) {
 		l.copied[objVersion{obj.Key, obj.ETag}] = struct{}{}
 	}
 	l.mu.Unlock()
-	f, ok := l.tier.(interface{ Forget(cache.Key) })
+	f, ok := l.tier.(forgetter)
 	if !ok {
 		return
 	}
@@ -664,7 +673,7 @@ func (l *Loader) fit(k cache.Key, data []byte, n int64) ([]byte, bool) {
 		// under a charge of n bytes.
 		return bytes.Clone(data[:n]), true
 	}
-	if r, ok := l.tier.(interface{ Remove(cache.Key) }); ok {
+	if r, ok := l.tier.(remover); ok {
 		r.Remove(k)
 	}
 	return nil, false

@@ -287,7 +287,7 @@ func (s *sweeper) worker() {
 // sweep fetches lands only in the cache, and a block the disk queue drops
 // would be a GET for nothing. It reports false once the loader closes.
 func (s *sweeper) waitForDisk() bool {
-	b, ok := s.l.tier.(interface{ Backlogged() bool })
+	b, ok := s.l.tier.(backlogger)
 	for ok && b.Backlogged() {
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
