@@ -152,7 +152,7 @@ func TestForget(t *testing.T) {
 	}
 	// Prefetch leaves a forgotten object alone (its copy holds it), until
 	// a read fetches it through the loader again.
-	if _, res := l.startPrefetch(gone, 0, false, landReady, nil); res != pfPresent {
+	if res := l.startPrefetch(gone, 0); res != pfPresent {
 		t.Errorf("prefetch of a forgotten object: %v, want left alone", res)
 	}
 	r := l.Open(gone)

@@ -1048,41 +1048,37 @@ const (
 	pfNoRoom                  // no budget or too many prefetches: skipped
 )
 
-// startPrefetch starts a background fetch of block i of obj unless it is
-// already held, cached or in flight. It never waits. With hold, the caller
-// gets a reference on the started flight (to wait on it) and must release it.
-// wanted, when not nil, is asked under l.mu just before the fetch is
-// registered: a reader registers its own fetch under l.mu too, so a file the
-// reader has reached is never fetched a second time by prefetch.
-//
-// With landCache the fetched block goes to the cache tier only, not to the
-// ready map (where it would hold budget until read): the sweep fetches far
-// more than the budget, and the tier is where it must land.
-func (l *Loader) startPrefetch(obj store.Object, i int64, hold bool, land landing, wanted func() bool) (*flight, pfResult) {
-	run, res := l.startPrefetchRun(obj, i, i+1, hold, land, wanted)
-	if res != pfStarted {
-		return nil, res
-	}
-	return run[0], res
+// startPrefetch starts a background fetch of block i of obj, for a reader
+// (landReady), unless it is already held, cached or in flight. It never
+// waits.
+func (l *Loader) startPrefetch(obj store.Object, i int64) pfResult {
+	return l.startPrefetchRun(obj, i, i+1)
 }
 
 // startPrefetchRun is startPrefetch for blocks i to end-1 of obj: the blocks
 // after i that are not held, cached or in flight join block i's fetch, up to
 // the first that is or that the budget has no room for, and one GET
-// (runBlocks, on a goroutine of its own) fetches them in order. It returns
-// the run's flights in order, each held when hold is set.
-func (l *Loader) startPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
-	run, res := l.registerPrefetchRun(obj, i, end, hold, land, wanted)
+// (runBlocks, on a goroutine of its own) fetches them in order.
+func (l *Loader) startPrefetchRun(obj store.Object, i, end int64) pfResult {
+	run, res := l.registerPrefetchRun(obj, i, end, false, landReady, nil)
 	if res == pfStarted {
 		go l.runBlocks(run)
 	}
-	return run, res
+	return res
 }
 
 // registerPrefetchRun is startPrefetchRun but for the fetch: when it
 // returns pfStarted, the caller must call runBlocks(run), on its own
 // goroutine if it would wait for the run anyway (the planner does: a
 // goroutine per file, and the stack each grows, cost more than the wait).
+// It returns the run's flights in order. With hold, the caller gets a
+// reference on each (to wait on them) and must release it (unhold).
+// wanted, when not nil, is asked under l.mu just before the fetch is
+// registered: a reader registers its own fetch under l.mu too, so a file
+// the reader has reached is never fetched a second time by prefetch.
+// With landCache the fetched blocks go to the cache tier only, not to the
+// ready map (where they would hold budget until read): the sweep fetches
+// far more than the budget, and the tier is where it must land.
 func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, land landing, wanted func() bool) ([]*flight, pfResult) {
 	k := l.key(obj, i)
 	_, n := l.blockRange(obj, i)
@@ -1156,7 +1152,7 @@ func (l *Loader) prefetchFullLocked(hold bool, n int64) bool {
 	return l.pflights >= l.maxPfetch || hold && l.pflights > 0 && l.pbytes+n > l.opts.PrefetchBytes
 }
 
-// unhold drops a reference taken by startPrefetch with hold, or by a push.
+// unhold drops a reference taken by registerPrefetchRun with hold, or by a push.
 func (l *Loader) unhold(f *flight) {
 	l.mu.Lock()
 	charge := l.unrefLocked(f)

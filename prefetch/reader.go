@@ -59,7 +59,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	acc := r.readAhead(off, end, last)
 	for b := first + 1; b <= last; b++ {
 		if acc == streams || !l.cacheFull() && !l.tierHas(l.key(r.obj, b)) {
-			l.startPrefetch(r.obj, b, false, landReady, nil)
+			l.startPrefetch(r.obj, b)
 		}
 	}
 
@@ -145,7 +145,7 @@ func (r *reader) stream(off int64) {
 	// in flight soon anyway, and a bound on what a reader that stops early
 	// (a format sniffer) makes the loader fetch.
 	if nb := l.numBlocks(r.obj); nb > 1 && nb <= int64(l.opts.ReadAhead) {
-		l.startPrefetchRun(r.obj, 0, nb, false, landReady, nil)
+		l.startPrefetchRun(r.obj, 0, nb)
 	}
 }
 
@@ -285,7 +285,7 @@ func (r *reader) readAhead(off, end, last int64) (acc access) {
 
 	done := int64(-1)
 	for b := from; b <= to; b++ {
-		if _, res := l.startPrefetch(r.obj, b, false, landReady, nil); res == pfNoRoom {
+		if res := l.startPrefetch(r.obj, b); res == pfNoRoom {
 			break
 		}
 		done = b
