@@ -987,8 +987,9 @@ func readOnlyDir(t *testing.T) string {
 	return filepath.Join(dir, "cache")
 }
 
-// TestWarmIntoFullCache: a warm the disk cache cannot take whole says how
-// much it left out and which bound stopped it; one that cached nothing
+// TestWarmIntoFullCache: a warm the disk cache cannot take whole fetches
+// about what it can take, says how much it left out and which bound
+// stopped it; one that cached nothing
 // fails, whether the cache's own bound or the file system's free space
 // (another program's files) is what ran out, and so does one whose disk
 // cache stopped taking writes (a read-only file system: it exited 0 with
@@ -1038,7 +1039,36 @@ func TestWarmIntoFullCache(t *testing.T) {
 				if missing := logInt(t, string(out), "objects_not_cached"); missing != int64(len(files)-n) {
 					t.Errorf("warm says %d objects not cached, the cache holds %d of %d", missing, n, len(files))
 				}
+				// The rest would only have evicted what it cached.
+				if fetched := logInt(t, string(out), "fetched_bytes"); fetched > total*3/4 {
+					t.Errorf("warm fetched %d bytes of %d into a cache bound to half of them:\n%s", fetched, total, out)
+				}
 			}
 		})
+	}
+}
+
+// TestWarmCompressibleIntoSmallCache: a dataset larger than the cache by
+// its size but not once compressed is warmed whole: warm plans by size
+// first, then takes what the compressed blocks left room for.
+func TestWarmCompressibleIntoSmallCache(t *testing.T) {
+	st := srv.NewBucket(t)
+	var total int64
+	const n = 20
+	for i := range n {
+		b := []byte(strings.Repeat(fmt.Sprintf("line %d of a caption file that compresses well\n", i), 600))
+		testenv.Put(t, st, fmt.Sprintf("text/f%02d.txt", i), b)
+		total += int64(len(b))
+	}
+	cacheDir := t.TempDir()
+	cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", fmt.Sprint(total/2),
+		"s3://"+st.Bucket()+"/text")
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("warm: %v\n%s", err, out)
+	}
+	if got, err := countBlocks(cacheDir); err != nil || got != n {
+		t.Fatalf("%d of %d compressible files cached in a cache of half their size (%v):\n%s", got, n, err, out)
 	}
 }

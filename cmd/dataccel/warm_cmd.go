@@ -231,22 +231,55 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		}
 		return err
 	}
-	// The disk tier writes in the background and drops a write when its
-	// queue is full (a reader must never wait on it); warm does want every
-	// block, so it checks what landed and fetches the rest again.
-	failed, werr := warmPasses(objs, func(pass int, pending []store.Object) ([]warmFailure, bool, error) {
-		label := "warm"
-		if pass > 1 {
-			label = fmt.Sprintf("warm, pass %d", pass)
+	// A dataset larger than the cache: warm fetches the part that fits, in
+	// the order of objs (the listing's, or --list's), not the rest, which
+	// would only evict what it cached. Blocks that compress take less room
+	// than their size: a round after the first takes what fits then.
+	var failed []warmFailure
+	var werr error
+	left := 0 // objects warm did not fetch for want of room
+	for round, pending := 1, objs; len(pending) > 0 && round <= 3; round++ {
+		held := cstats.DiskBytes.Load()
+		planned, room := warmPlan(loader, objs, warmCapacity(p, f.mount.cacheDir, held), held)
+		var todo, rest []store.Object
+		for _, o := range pending {
+			if planned[o.Key] {
+				todo = append(todo, o)
+			} else {
+				rest = append(rest, o)
+			}
 		}
-		dropped := cstats.DiskDropped.Load()
-		failed, err := warmEach(wctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), fill)
-		disk.Flush()
-		return failed, cstats.DiskDropped.Load() > dropped, err
-	}, func(pending []store.Object, failed []warmFailure) []store.Object {
-		missing, _ := notCached(loader, pending, failed)
-		return missing
-	})
+		if round == 1 && len(rest) > 0 {
+			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in listing order (--list sets the order), not the rest, which would only evict it",
+				"objects", len(objs), "fitting", len(objs)-len(rest), "room_bytes", room)
+		}
+		left = len(rest)
+		if len(todo) == 0 {
+			break
+		}
+		// The disk tier writes in the background and drops a write when its
+		// queue is full (a reader must never wait on it); warm does want every
+		// block, so it checks what landed and fetches the rest again.
+		var f2 []warmFailure
+		f2, werr = warmPasses(todo, func(pass int, pending []store.Object) ([]warmFailure, bool, error) {
+			label := "warm"
+			if pass > 1 || round > 1 {
+				label = fmt.Sprintf("warm, pass %d", pass+3*(round-1))
+			}
+			dropped := cstats.DiskDropped.Load()
+			failed, err := warmEach(wctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), fill)
+			disk.Flush()
+			return failed, cstats.DiskDropped.Load() > dropped, err
+		}, func(pending []store.Object, failed []warmFailure) []store.Object {
+			missing, _ := notCached(loader, pending, failed)
+			return missing
+		})
+		failed = append(failed, f2...)
+		if werr != nil || disk.Disabled() {
+			break
+		}
+		pending = rest
+	}
 	disk.Flush()
 	s := cstats.Snapshot()
 	outcome := "warm done"
@@ -265,7 +298,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if werr != nil {
 		return fmt.Errorf("warm interrupted (%w): run it again to fetch the rest", werr)
 	}
-	if s.DiskRejected > 0 {
+	if s.DiskRejected > 0 || left > 0 {
 		missing, missingBytes := notCached(loader, objs, failed)
 		if err := reportFull(logger, f.mount.cacheDir, p, s.DiskBytes, objs, missing, missingBytes); err != nil {
 			return err
@@ -278,6 +311,44 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return warmCopies(ctx, logger, f, p, st, budget, copied)
 	}
 	return nil
+}
+
+// warmCapacity is the most the disk cache at dir can hold, holding held
+// bytes now: its --cache-size, or what it holds and the free space above
+// the --cache-min-free floor, whichever is less.
+func warmCapacity(p mountPlan, dir string, held int64) int64 {
+	capacity := p.cacheBytes
+	if free, floor, err := cache.FreeSpace(dir, p.minFree); err == nil {
+		capacity = min(capacity, held+max(free-floor, 0))
+	}
+	return capacity
+}
+
+// warmPlan returns the objects of objs that a cache of capacity bytes
+// holds beside the blocks of objs it holds already: those, and the ones
+// missing blocks, in order, up to the first whose missing bytes exceed the
+// room left (a job reads its files in order: the first ones are the ones
+// to have). room is what the cache has for objs' missing blocks: its
+// capacity less what it holds of objs, counted by their size, or by all it
+// holds when that is less (compressed blocks).
+func warmPlan(loader *prefetch.Loader, objs []store.Object, capacity, held int64) (planned map[string]bool, room int64) {
+	missing := make([]int64, len(objs))
+	var heldOfObjs int64
+	for i, o := range objs {
+		missing[i] = loader.Uncached(o)
+		heldOfObjs += o.Size - missing[i]
+	}
+	room = capacity - min(heldOfObjs, held)
+	planned = make(map[string]bool, len(objs))
+	left := room
+	for i, o := range objs {
+		if missing[i] > left {
+			break
+		}
+		left -= missing[i]
+		planned[o.Key] = true
+	}
+	return planned, max(room, 0)
 }
 
 // reportFull says how much of objs the full disk cache could not take and
