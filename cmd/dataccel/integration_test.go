@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -1070,5 +1072,42 @@ func TestWarmCompressibleIntoSmallCache(t *testing.T) {
 	}
 	if got, err := countBlocks(cacheDir); err != nil || got != n {
 		t.Fatalf("%d of %d compressible files cached in a cache of half their size (%v):\n%s", got, n, err, out)
+	}
+}
+
+// TestWarmSmallCacheTakesTheListFirst: when the cache holds half the
+// dataset, warm --list warms the files the list names first (the ones the
+// job reads first), not the first keys.
+func TestWarmSmallCacheTakesTheListFirst(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "order/", 20, 32<<10)
+	names := slices.Sorted(maps.Keys(files))
+	slices.Reverse(names) // the last keys first
+	var total int64
+	for _, b := range files {
+		total += int64(len(b))
+	}
+	cacheDir := t.TempDir()
+	warm := func(list []string, size int64) string {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "list")
+		if err := os.WriteFile(file, []byte(strings.Join(list, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", fmt.Sprint(size),
+			"--list", file, "s3://"+st.Bucket()+"/order")
+		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("warm: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	warm(names, total/2)
+	if out := warm(names[:3], total); logInt(t, out, "gets") != 0 {
+		t.Errorf("the list's first files were not warmed:\n%s", out)
+	}
+	if out := warm(names[len(names)-3:], total); logInt(t, out, "gets") == 0 {
+		t.Errorf("the list's last files were warmed into a cache of half the dataset:\n%s", out)
 	}
 }

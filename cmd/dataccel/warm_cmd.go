@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -88,7 +90,7 @@ failed.`,
 }
 
 // readList reads a list of relative paths, cleaned so none climbs out.
-func readList(file string) (map[string]bool, error) {
+func readList(file string) (map[string]int, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -96,14 +98,16 @@ func readList(file string) (map[string]bool, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--list: %w", err)}
 	}
-	set := map[string]bool{}
+	set := map[string]int{} // path: its place in the list, from 1
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		// What follows a tab is ignored: bench run --files-from lists take
 		// a size there, and the same list warms the same files.
 		name, _, _ := strings.Cut(sc.Text(), "\t")
 		if line := strings.TrimSpace(name); line != "" {
-			set[path.Clean("/" + line)[1:]] = true
+			if p := path.Clean("/" + line)[1:]; set[p] == 0 {
+				set[p] = len(set) + 1
+			}
 		}
 	}
 	return set, sc.Err()
@@ -113,7 +117,7 @@ func readList(file string) (map[string]bool, error) {
 // warns when --list (want, nil without one) names paths it did not find:
 // a mistyped prefix, path or list would leave the job it prepares nothing
 // warm. kind names what was looked for, fix what to check.
-func checkFound(logger *slog.Logger, found int, want map[string]bool, kind, where, fix string) error {
+func checkFound(logger *slog.Logger, found int, want map[string]int, kind, where, fix string) error {
 	if found == 0 {
 		what := "no " + kind + " under " + where
 		if want != nil {
@@ -194,7 +198,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	var objs []store.Object
 	var total int64
 	err = store.ListAll(ctx, st, p.prefix, 32, func(o store.Object) error {
-		if strings.HasSuffix(o.Key, "/") || (want != nil && !want[strings.TrimPrefix(o.Key, p.prefix)]) {
+		if strings.HasSuffix(o.Key, "/") || (want != nil && want[strings.TrimPrefix(o.Key, p.prefix)] == 0) {
 			return nil
 		}
 		objs = append(objs, o)
@@ -206,6 +210,16 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	}
 	if err := checkFound(logger, len(objs), want, "object", "s3://"+p.bucket+"/"+p.prefix, "prefix"); err != nil {
 		return err
+	}
+	// In the order the job reads: --list's, else the keys' (a directory
+	// walk's); ListAll's own is no order. A cache too small for all of
+	// them takes the first.
+	if want != nil {
+		slices.SortFunc(objs, func(a, b store.Object) int {
+			return cmp.Compare(want[strings.TrimPrefix(a.Key, p.prefix)], want[strings.TrimPrefix(b.Key, p.prefix)])
+		})
+	} else {
+		slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
 	}
 	logger.Info("warming", "objects", len(objs), "bytes", total, "cache_dir", f.mount.cacheDir)
 	// Objects that get a local copy skip the disk cache: the copy holds
@@ -250,7 +264,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			}
 		}
 		if round == 1 && len(rest) > 0 {
-			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in listing order (--list sets the order), not the rest, which would only evict it",
+			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in key order (--list sets the order), not the rest, which would only evict it",
 				"objects", len(objs), "fitting", len(objs)-len(rest), "room_bytes", room)
 		}
 		left = len(rest)

@@ -12,17 +12,18 @@ import (
 )
 
 // TestReadList: warm --list takes the lists bench run --files-from takes
-// (a tab and a size after the path), and the paths it took before.
+// (a tab and a size after the path), and the paths it took before, each
+// with its place in the list (a path listed twice keeps its first).
 func TestReadList(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "list")
-	if err := os.WriteFile(file, []byte("a/1.jpg\t120\n ./b/2.jpg \n\n/c/3.jpg\nd/../e.jpg\t7\r\n"), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte("a/1.jpg\t120\n ./b/2.jpg \n\n/c/3.jpg\nd/../e.jpg\t7\r\nb/2.jpg\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readList(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"a/1.jpg": true, "b/2.jpg": true, "c/3.jpg": true, "e.jpg": true}
+	want := map[string]int{"a/1.jpg": 1, "b/2.jpg": 2, "c/3.jpg": 3, "e.jpg": 4}
 	if !maps.Equal(got, want) {
 		t.Errorf("readList = %v, want %v", got, want)
 	}

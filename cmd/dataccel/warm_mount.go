@@ -87,7 +87,7 @@ func warmMount(ctx context.Context, logger *slog.Logger, f warmFlags, dir string
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)
-		if want != nil && !want[filepath.ToSlash(rel)] {
+		if want != nil && want[filepath.ToSlash(rel)] == 0 {
 			return nil
 		}
 		var size int64
