@@ -185,6 +185,12 @@ func TestTieredPutThenGet(t *testing.T) {
 // newTiered returns a RAM tier of ramBytes over a disk tier of 256 MiB,
 // sharing one Stats.
 func newTiered(t *testing.T, ramBytes int64) (*Tiered, *RAM, *Disk, *Stats) {
+	return tieredOver(t, ramBytes, DiskOptions{MaxBytes: 256 << 20, QueueLen: 1024})
+}
+
+// tieredOver is newTiered over a disk tier of opts, in a directory of its
+// own, with no free-space floor.
+func tieredOver(t *testing.T, ramBytes int64, opts DiskOptions) (*Tiered, *RAM, *Disk, *Stats) {
 	t.Helper()
 	stats := &Stats{}
 	r, err := NewRAM(ramBytes, stats)
@@ -192,7 +198,8 @@ func newTiered(t *testing.T, ramBytes int64) (*Tiered, *RAM, *Disk, *Stats) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
+	opts.Dir, opts.MinFreeFraction, opts.Stats = t.TempDir(), -1, stats
+	d := openDisk(t, opts)
 	return NewTiered(r, d), r, d, stats
 }
 
@@ -200,14 +207,7 @@ func newTiered(t *testing.T, ramBytes int64) (*Tiered, *RAM, *Disk, *Stats) {
 // wrote, not those it queued and then refused for want of room.
 func TestTieredDrainFullDisk(t *testing.T) {
 	const size, blocks = 64 << 10, 32
-	stats := &Stats{}
-	r, err := NewRAM(4<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 8 * size, QueueLen: 1024, MinFreeFraction: -1, Stats: stats})
-	tt := NewTiered(r, d)
+	tt, _, d, _ := tieredOver(t, 4<<20, DiskOptions{MaxBytes: 8 * size, QueueLen: 1024})
 	keys := make([]Key, blocks) // 2 MiB: fits in RAM, not on disk
 	for i := range keys {
 		keys[i] = testKey("k", int64(i))
@@ -232,20 +232,13 @@ func TestTieredDrainFullDisk(t *testing.T) {
 // the queue or for the queued writes; what was not written counts as left.
 func TestTieredDrainHungDisk(t *testing.T) {
 	const size, blocks = 64 << 10, 32
-	stats := &Stats{}
-	r, err := NewRAM(4<<20, stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 256 << 20, QueueBytes: 4 * size, MinFreeFraction: -1, Stats: stats})
+	tt, _, d, _ := tieredOver(t, 4<<20, DiskOptions{MaxBytes: 256 << 20, QueueBytes: 4 * size})
 	hung := make(chan struct{})
 	t.Cleanup(func() { close(hung) }) // before the disk's Close, which waits for its writers
 	d.freeSpace = func(string, float64) (int64, int64, error) {
 		<-hung
 		return 1 << 40, 0, nil
 	}
-	tt := NewTiered(r, d)
 	for i := range blocks { // 2 MiB: fits in RAM
 		k := testKey("k", int64(i))
 		tt.Put(k, blockFor(k, size))

@@ -339,9 +339,7 @@ func TestExpiredTokenRenews(t *testing.T) {
 	expiring.Store(1)
 	h := func(w http.ResponseWriter, r *http.Request) {
 		if gets.Add(1) <= expiring.Load() {
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+			writeExpiredToken(w)
 			return
 		}
 		w.Header().Set("ETag", `"e"`)
@@ -423,9 +421,7 @@ func TestExpiredTokenLateAnswers(t *testing.T) {
 		case strings.HasSuffix(r.URL.Path, "/slow2"):
 			time.Sleep(2400 * time.Millisecond)
 		}
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+		writeExpiredToken(w)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(h))
 	t.Cleanup(srv.Close)
@@ -493,9 +489,7 @@ func TestExpiredTokenRenewalHeedsTheRequest(t *testing.T) {
 		if strings.HasSuffix(r.URL.Path, "/late") {
 			time.Sleep(300 * time.Millisecond)
 		}
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+		writeExpiredToken(w)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(h))
 	t.Cleanup(srv.Close)
@@ -519,4 +513,11 @@ func TestExpiredTokenRenewalHeedsTheRequest(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("reads with a deadline of 500ms took %s: the renewal ignored their context", took)
 	}
+}
+
+// writeExpiredToken answers as S3 does a request signed with expired keys.
+func writeExpiredToken(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusBadRequest)
+	io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
 }
