@@ -60,7 +60,7 @@ type DiskOptions struct {
 	// aligned to 4 KiB (the padding counts as theirs).
 	Buffered bool
 	// Logger receives the one warning when the tier disables itself
-	// (default slog.Default()).
+	// (default: none).
 	Logger *slog.Logger
 	// Stats receives the counters (default: a private Stats).
 	Stats *Stats
@@ -664,8 +664,22 @@ func (d *Disk) putWait(k Key, b []byte, deadline time.Time) bool {
 	d.pend++
 	d.pendSize += n
 	d.pendMu.Unlock()
-	d.queue <- putItem{key: k, data: b}
-	return true
+	select {
+	case d.queue <- putItem{key: k, data: b}:
+		return true
+	default:
+	}
+	// The queue's count is full (small blocks): wait for a writer as
+	// long as deadline allows.
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case d.queue <- putItem{key: k, data: b}:
+		return true
+	case <-t.C:
+		d.done(n)
+		return false
+	}
 }
 
 // written counts the blocks the tier wrote (for Tiered.Drain).
@@ -700,6 +714,23 @@ func (d *Disk) queued(frac int64) bool {
 // the disk is busy, not that there is no room. Full turns false again once
 // no block has been offered for fullFor, and the next one offered tells
 // whether there is room yet.
+// Footprint is the most room a block of n bytes of k's object takes on
+// disk, stored raw: its record's header and alignment. Planning by the
+// bytes alone overfills a cache of small blocks.
+func (d *Disk) Footprint(k Key, n int64) int64 {
+	nsums := 0
+	if n > 1<<sumShift {
+		nsums = numChunks(uint64(n), sumShift)
+	}
+	return alignUp(int64(fixedHeader+len(k.Object)+len(k.ETag)+8*nsums+8)+n, d.align)
+}
+
+// Reserved is the room the disk cache keeps from blocks: the headers of
+// the segments its writers fill, a second one each as a segment fills.
+func (d *Disk) Reserved() int64 {
+	return int64(2*d.opts.Writers) * firstRecord(d.align)
+}
+
 func (d *Disk) Full() bool {
 	if d.Disabled() {
 		return true

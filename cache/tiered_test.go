@@ -229,27 +229,40 @@ func TestTieredDrainFullDisk(t *testing.T) {
 
 // TestTieredDrainHungDisk: a disk whose writes hang (here its statfs)
 // holds Drain no longer than its deadline, whether it waits for room in
-// the queue or for the queued writes; what was not written counts as left.
+// the queue (its bytes or, with small blocks, its count) or for the queued
+// writes; what was not written counts as left.
 func TestTieredDrainHungDisk(t *testing.T) {
 	const size, blocks = 64 << 10, 32
-	tt, _, d, _ := tieredOver(t, 4<<20, DiskOptions{MaxBytes: 256 << 20, QueueBytes: 4 * size})
-	hung := make(chan struct{})
-	t.Cleanup(func() { close(hung) }) // before the disk's Close, which waits for its writers
-	d.freeSpace = func(string, float64) (int64, int64, error) {
-		<-hung
-		return 1 << 40, 0, nil
-	}
-	for i := range blocks { // 2 MiB: fits in RAM
-		k := testKey("k", int64(i))
-		tt.Put(k, blockFor(k, size))
-	}
-	tt.Flush()
-	start := time.Now()
-	saved, left := tt.Drain(start.Add(200 * time.Millisecond))
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("Drain took %s on a hung disk with a deadline of 200ms", took)
-	}
-	if saved != 0 || left != blocks {
-		t.Fatalf("Drain saved %d, left %d on a hung disk; want 0, %d", saved, left, blocks)
+	for _, tc := range []struct {
+		name  string
+		queue DiskOptions
+	}{
+		{"the queue's bytes", DiskOptions{QueueBytes: 4 * size}},
+		{"the queue's count", DiskOptions{QueueLen: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.queue
+			opts.MaxBytes = 256 << 20
+			tt, _, d, _ := tieredOver(t, 4<<20, opts)
+			hung := make(chan struct{})
+			t.Cleanup(func() { close(hung) }) // before the disk's Close, which waits for its writers
+			d.freeSpace = func(string, float64) (int64, int64, error) {
+				<-hung
+				return 1 << 40, 0, nil
+			}
+			for i := range blocks { // 2 MiB: fits in RAM
+				k := testKey("k", int64(i))
+				tt.Put(k, blockFor(k, size))
+			}
+			tt.Flush()
+			start := time.Now()
+			saved, left := tt.Drain(start.Add(200 * time.Millisecond))
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("Drain took %s on a hung disk with a deadline of 200ms", took)
+			}
+			if saved != 0 || left != blocks {
+				t.Fatalf("Drain saved %d, left %d on a hung disk; want 0, %d", saved, left, blocks)
+			}
+		})
 	}
 }

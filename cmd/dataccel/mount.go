@@ -775,7 +775,7 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		}
 		disk = d
 		closers = append(closers, func() {
-			if err := d.Close(); err != nil {
+			if err := closeWithin(d.Close, diskCloseTimeout); err != nil {
 				logger.Warn("closing the disk cache", "err", err)
 			}
 		})
@@ -811,6 +811,27 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 
 // drainTimeout bounds the save of the RAM cache to disk at exit.
 const drainTimeout = 20 * time.Second
+
+// diskCloseTimeout bounds the disk cache's Close at exit: the writes it
+// waits for (up to its queue's 64 MiB) and the save of its policy state.
+const diskCloseTimeout = 30 * time.Second
+
+// closeWithin runs close and waits for it at most d: a disk that hangs
+// must not hold the exit of a mount already unmounted (a kubelet would
+// kill it after the grace period). What close has not done by then is
+// left: the next mount checks what the cache holds, as after a crash.
+func closeWithin(close func() error, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- close() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("not done within %s (a hung disk?): exiting without it; the next mount checks what the cache holds", d)
+	}
+}
 
 type manifestSource struct{ endpoint, bucket, prefix string }
 

@@ -481,3 +481,19 @@ func faultProxy(t *testing.T) *testenv.FaultProxy {
 	t.Cleanup(func() { fp.Close() })
 	return fp
 }
+
+// TestCloseWithin: a close that hangs (the disk cache's, on a hung disk)
+// holds the exit for its bound, not for good; one that ends in time
+// returns its own error.
+func TestCloseWithin(t *testing.T) {
+	hung := make(chan struct{})
+	defer close(hung)
+	start := time.Now()
+	if err := closeWithin(func() error { <-hung; return nil }, 100*time.Millisecond); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("a hung close: %v after %s, want an error after 100ms", err, time.Since(start))
+	}
+	want := errors.New("injected")
+	if err := closeWithin(func() error { return want }, time.Minute); err != want {
+		t.Fatalf("a close that failed at once: %v, want %v", err, want)
+	}
+}
