@@ -1111,3 +1111,33 @@ func TestWarmSmallCacheTakesTheListFirst(t *testing.T) {
 		t.Errorf("the list's last files were warmed into a cache of half the dataset:\n%s", out)
 	}
 }
+
+// TestWarmPassesOverWhatDoesNotFit: a file larger than the room left is
+// passed over for the files after it that fit, not the end of the warm (a
+// large first file left a small cache empty, and the warm failed).
+func TestWarmPassesOverWhatDoesNotFit(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "mix/a-big.bin", bytes.Repeat([]byte{7}, 400<<10))
+	for i := range 20 {
+		b := make([]byte, 8<<10)
+		r := rand.New(rand.NewPCG(uint64(i), 1))
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		testenv.Put(t, st, fmt.Sprintf("mix/b%02d.jpg", i), b)
+	}
+	cacheDir := t.TempDir()
+	cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "384KiB",
+		"--cache-compress=false", "s3://"+st.Bucket()+"/mix")
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("warm: %v\n%s", err, out)
+	}
+	if n, err := countBlocks(cacheDir); err != nil || n != 20 {
+		t.Fatalf("%d blocks cached (%v), want the 20 small files:\n%s", n, err, out)
+	}
+	if got := logInt(t, string(out), "gets"); got != 20 {
+		t.Errorf("%d GETs, want 20: the large file only, which does not fit, is left", got)
+	}
+}

@@ -211,15 +211,15 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	if err := checkFound(logger, len(objs), want, "object", "s3://"+p.bucket+"/"+p.prefix, "prefix"); err != nil {
 		return err
 	}
-	// In the order the job reads: --list's, else the keys' (a directory
-	// walk's); ListAll's own is no order. A cache too small for all of
-	// them takes the first.
+	// In the order the job reads: --list's, else a walk's of the tree;
+	// ListAll's own is no order. A cache too small for all of them takes
+	// the first.
 	if want != nil {
 		slices.SortFunc(objs, func(a, b store.Object) int {
 			return cmp.Compare(want[strings.TrimPrefix(a.Key, p.prefix)], want[strings.TrimPrefix(b.Key, p.prefix)])
 		})
 	} else {
-		slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+		slices.SortFunc(objs, func(a, b store.Object) int { return walkOrder(a.Key, b.Key) })
 	}
 	logger.Info("warming", "objects", len(objs), "bytes", total, "cache_dir", f.mount.cacheDir)
 	// Objects that get a local copy skip the disk cache: the copy holds
@@ -254,7 +254,8 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	left := 0 // objects warm did not fetch for want of room
 	for round, pending := 1, objs; len(pending) > 0 && round <= 3; round++ {
 		held := cstats.DiskBytes.Load()
-		planned, room := warmPlan(loader, objs, warmCapacity(p, f.mount.cacheDir, held), held)
+		planned, room := warmPlan(loader, objs, warmCapacity(p, f.mount.cacheDir, held)-disk.Reserved(), held,
+			func(o store.Object) int64 { return footprint(disk, o, p.blockSize) })
 		var todo, rest []store.Object
 		for _, o := range pending {
 			if planned[o.Key] {
@@ -264,7 +265,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			}
 		}
 		if round == 1 && len(rest) > 0 {
-			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in key order (--list sets the order), not the rest, which would only evict it",
+			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in the order a walk of the tree reads (--list sets another), not the rest, which would only evict it",
 				"objects", len(objs), "fitting", len(objs)-len(rest), "room_bytes", room)
 		}
 		left = len(rest)
@@ -277,8 +278,11 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		var f2 []warmFailure
 		f2, werr = warmPasses(todo, func(pass int, pending []store.Object) ([]warmFailure, bool, error) {
 			label := "warm"
-			if pass > 1 || round > 1 {
-				label = fmt.Sprintf("warm, pass %d", pass+3*(round-1))
+			if round > 1 {
+				label = fmt.Sprintf("warm, round %d", round)
+			}
+			if pass > 1 {
+				label += fmt.Sprintf(", pass %d", pass)
 			}
 			dropped := cstats.DiskDropped.Load()
 			failed, err := warmEach(wctx, pending, f.concurrency, benchProgress(f.quiet).Begin(label, int64(len(pending))), fill)
@@ -339,30 +343,61 @@ func warmCapacity(p mountPlan, dir string, held int64) int64 {
 }
 
 // warmPlan returns the objects of objs that a cache of capacity bytes
-// holds beside the blocks of objs it holds already: those, and the ones
-// missing blocks, in order, up to the first whose missing bytes exceed the
-// room left (a job reads its files in order: the first ones are the ones
-// to have). room is what the cache has for objs' missing blocks: its
-// capacity less what it holds of objs, counted by their size, or by all it
-// holds when that is less (compressed blocks).
-func warmPlan(loader *prefetch.Loader, objs []store.Object, capacity, held int64) (planned map[string]bool, room int64) {
-	missing := make([]int64, len(objs))
+// holds beside the blocks of objs it holds already (held bytes in all):
+// those, and the ones missing blocks, in order, as long as each one's room
+// on disk (fp) fits what is left; one that does not is passed over for the
+// ones after it (a job reads its files in order: the first ones are the
+// ones to have). room is what the cache has for objs' missing blocks: its
+// capacity less what it holds of objs, or less all it holds when that is
+// less (compressed blocks).
+func warmPlan(loader *prefetch.Loader, objs []store.Object, capacity, held int64, fp func(store.Object) int64) (planned map[string]bool, room int64) {
+	missing := make([]bool, len(objs))
 	var heldOfObjs int64
 	for i, o := range objs {
-		missing[i] = loader.Uncached(o)
-		heldOfObjs += o.Size - missing[i]
+		// An object missing a block counts as missing whole: its cached
+		// blocks count neither here nor in what it needs.
+		if missing[i] = loader.Uncached(o) > 0; !missing[i] {
+			heldOfObjs += fp(o)
+		}
 	}
 	room = capacity - min(heldOfObjs, held)
 	planned = make(map[string]bool, len(objs))
 	left := room
 	for i, o := range objs {
-		if missing[i] > left {
-			break
+		if !missing[i] {
+			planned[o.Key] = true
+		} else if need := fp(o); need <= left {
+			left -= need
+			planned[o.Key] = true
 		}
-		left -= missing[i]
-		planned[o.Key] = true
 	}
 	return planned, max(room, 0)
+}
+
+// footprint is the room obj's blocks of blockSize take in disk, stored raw.
+func footprint(disk *cache.Disk, obj store.Object, blockSize int64) int64 {
+	var n int64
+	for off := int64(0); off < obj.Size; off += blockSize {
+		n += disk.Footprint(cache.Key{Object: obj.Key, ETag: obj.ETag}, min(blockSize, obj.Size-off))
+	}
+	return n
+}
+
+// walkOrder compares keys as a walk of their tree reads them, name by name:
+// "train/x" before "train-a/x", though '-' sorts before '/' in a key.
+func walkOrder(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		switch ca, cb := a[i], b[i]; {
+		case ca == cb:
+		case ca == '/':
+			return -1
+		case cb == '/':
+			return 1
+		default:
+			return cmp.Compare(ca, cb)
+		}
+	}
+	return cmp.Compare(len(a), len(b))
 }
 
 // reportFull says how much of objs the full disk cache could not take and

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/dataccel/dataccel/store"
@@ -62,5 +63,16 @@ func TestWarmPassesKeepFailures(t *testing.T) {
 	}
 	if len(failed) != 1 || failed[0].key != "bad" {
 		t.Errorf("failures %v, want bad's alone", failed)
+	}
+}
+
+// TestWalkOrder: warm's order is a walk's of the tree, name by name, not
+// the keys' bytes ('-' and '.' sort before '/').
+func TestWalkOrder(t *testing.T) {
+	keys := []string{"train.1/a", "train/b/c", "train-x/a", "train/a", "train/b.jpg", "train", "a"}
+	slices.SortFunc(keys, walkOrder)
+	want := []string{"a", "train", "train/a", "train/b/c", "train/b.jpg", "train-x/a", "train.1/a"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("walk order %q, want %q", keys, want)
 	}
 }
