@@ -452,8 +452,9 @@ func (ns *namespace) build(b *dirBuilder, at time.Time) *listing {
 // are no older than that. Each listing is copied as the sequence reaches it, under ns.mu
 // for that listing alone: a million files are never copied at once, nor
 // ns.mu held while they are. A listing installed after the call may be in
-// the sequence, one dropped after it is not; either changes the generation,
-// so a caller that saves by generation saves again.
+// the sequence, which changes the generation, so a caller that saves by
+// generation saves again; one dropped after it (dropIdle) is not, which
+// changes nothing: only listings a snapshot skips, past their ttl, go.
 func (ns *namespace) snapshot() (iter.Seq[store.ManifestDir], uint64, time.Time) {
 	now := ns.now()
 	ns.mu.Lock()

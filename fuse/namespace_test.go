@@ -414,7 +414,7 @@ func TestDropIdle(t *testing.T) {
 	if _, err := ns.list(t.Context(), "d/"); err != nil { // used
 		t.Fatal(err)
 	}
-	if r := <-ns.fetchShared("u/", nil, time.Time{}); r.Err != nil { // listed ahead, never asked for
+	if r := <-ns.fetchShared("u/", nil, time.Time{}); r.Err != nil { // a listing no lookup asked for
 		t.Fatal(r.Err)
 	}
 	if _, err := ns.list(t.Context(), "k/"); err != nil {
