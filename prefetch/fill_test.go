@@ -198,3 +198,22 @@ func TestFillTightBudget(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReadyExpires: a block a reader left mid-way holds its budget (and
+// so RAM cache room) for ReadyTTL, not for as long as nothing else needs
+// the budget (an idle mount held half its RAM cache so).
+func TestReadyExpires(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("f", 1<<20)
+	stats := &Stats{}
+	l := newTestLoader(t, st, newMapTier(), Options{BlockSize: 8 << 20, ReadyTTL: 200 * time.Millisecond, Stats: stats})
+	r := l.Open(obj)
+	if _, err := r.ReadAt(context.Background(), make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if stats.MemInUse.Load() == 0 {
+		t.Fatal("the block left mid-way is not kept ready")
+	}
+	waitFor(t, "the ready block to expire", func() bool { return stats.MemInUse.Load() == 0 })
+}

@@ -89,8 +89,8 @@ type Options struct {
 	// directory-order prefetch (2).
 	DirHits int
 	// ReadyTTL: a ready block not read for this long may be evicted by new
-	// prefetch when the budget is full (30 s); until then only a foreground
-	// read evicts it.
+	// prefetch when the budget is full, and is given up anyway within half
+	// that again (30 s); until then only a foreground read evicts it.
 	ReadyTTL time.Duration
 	// SweepBytes: once two files of a directory are opened, the rest of it
 	// is fetched into the cache tier, and once four directories of one
@@ -295,7 +295,30 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 			go l.pusher()
 		}
 	}
+	l.wg.Add(1)
+	go l.expireReady()
 	return l
+}
+
+// expireReady gives up, every ReadyTTL/2, the ready blocks no read touched
+// for ReadyTTL: blocks of a file a reader left mid-way, or fetched ahead
+// for an epoch that ended, held their share of the budget (so of the RAM
+// cache, which gives up what prefetch holds) for as long as no new read or
+// prefetch pushed them out: on an idle mount, or one reading other files
+// whole, for good. The cache tier keeps their bytes.
+func (l *Loader) expireReady() {
+	defer l.wg.Done()
+	t := time.NewTicker(max(l.opts.ReadyTTL/2, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+			for l.evictOne(true) {
+			}
+		}
+	}
 }
 
 // Close stops background work, waits for every fetch the loader started,
