@@ -940,9 +940,9 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		// Compression yields to a backlog: it costs the CPU a writer needs
 		// to keep up, and a block written raw beats one dropped.
 		compress := d.opts.Compress
-		if compress && d.queued(4) {
+		skipped := compress && d.queued(4)
+		if skipped {
 			compress = false
-			d.stats.DiskCompressSkipped.Add(1)
 		}
 		hdr, payload, saved := c.encodeBlock(it.key, it.data, compress)
 		n := int64(len(hdr) + len(payload))
@@ -971,6 +971,9 @@ func (d *Disk) write(a *appender, c *compressor, batch []putItem) {
 		if !ok {
 			d.stats.DiskRejected.Add(1)
 			continue
+		}
+		if skipped { // counted once admitted: a refused block is not "written raw"
+			d.stats.DiskCompressSkipped.Add(1)
 		}
 		recs = append(recs, record{id: id, saved: saved, offset: total})
 		chunks = append(chunks, chunk{parts: [][]byte{hdr, payload}, span: span})
