@@ -725,10 +725,11 @@ func (d *Disk) Footprint(k Key, n int64) int64 {
 	return alignUp(int64(fixedHeader+len(k.Object)+len(k.ETag)+8*nsums+8)+n, d.align)
 }
 
-// Reserved is the room the disk cache keeps from blocks: the headers of
-// the segments its writers fill, a second one each as a segment fills.
+// Reserved is the room of a full disk cache that blocks do not take: the
+// header of each of its segments, and of the ones its writers start as
+// segments fill.
 func (d *Disk) Reserved() int64 {
-	return int64(2*d.opts.Writers) * firstRecord(d.align)
+	return (d.max/d.segTarget + 1 + int64(2*d.opts.Writers)) * firstRecord(d.align)
 }
 
 func (d *Disk) Full() bool {

@@ -1141,3 +1141,88 @@ func TestWarmPassesOverWhatDoesNotFit(t *testing.T) {
 		t.Errorf("%d GETs, want 20: the large file only, which does not fit, is left", got)
 	}
 }
+
+// warmCmd runs warm of s3://BUCKET/prefix into cacheDir with args, and
+// returns its output and error.
+func warmCmd(st *s3.Store, prefix, cacheDir string, args ...string) (string, error) {
+	cmd := exec.Command(bin, append([]string{"warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir,
+		"s3://" + st.Bucket() + "/" + prefix}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestWarmPlansWhatTheCacheTakes: a warm into a cache too small for the
+// dataset fetches what the cache then takes, no file more (one more was
+// fetched and refused, a file anywhere in the order), whether the cache is
+// empty, holds another dataset (which its policy keeps), or holds data
+// that compresses (a second round takes the room it left).
+func TestWarmPlansWhatTheCacheTakes(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "one/", 400, 50<<10) // 20 MB: a 16 MiB cache has 16 segments, each with its header
+	dataset(t, st, "two/", 20, 300<<10)
+	words := strings.Fields("the a of image label train val batch epoch crop flip resize mean std tensor loader shard sample")
+	r := rand.New(rand.NewPCG(3, 4))
+	var textBytes int64
+	for i := range 80 {
+		var b strings.Builder
+		for b.Len() < 64<<10 {
+			b.WriteString(words[r.IntN(len(words))])
+			b.WriteByte(' ')
+		}
+		testenv.Put(t, st, fmt.Sprintf("text/c%d/f%02d.txt", i%4, i), []byte(b.String()))
+		textBytes += int64(b.Len())
+	}
+	check := func(t *testing.T, out string) {
+		t.Helper()
+		if n := logInt(t, out, "not_admitted_cache_full"); n != 0 {
+			t.Errorf("%d blocks fetched and refused:\n%s", n, out)
+		}
+	}
+	t.Run("empty cache", func(t *testing.T) {
+		dir := t.TempDir()
+		out, err := warmCmd(st, "one", dir, "--cache-size", "16MiB")
+		if err != nil {
+			t.Fatalf("warm: %v\n%s", err, out)
+		}
+		check(t, out)
+		if n, _ := countBlocks(dir); int64(n) != logInt(t, out, "gets") || n < 200 {
+			t.Errorf("%d blocks cached for %d GETs:\n%s", n, logInt(t, out, "gets"), out)
+		}
+	})
+	t.Run("another dataset cached", func(t *testing.T) {
+		dir := t.TempDir()
+		if out, err := warmCmd(st, "two", dir, "--cache-size", "4MiB"); err != nil {
+			t.Fatalf("warm two: %v\n%s", err, out)
+		}
+		out, err := warmCmd(st, "one", dir, "--cache-size", "4MiB")
+		if err != nil {
+			t.Fatalf("warm one: %v\n%s", err, out)
+		}
+		check(t, out)
+	})
+	t.Run("compressible", func(t *testing.T) {
+		dir := t.TempDir()
+		const size = 1 << 20
+		out, err := warmCmd(st, "text", dir, "--cache-size", fmt.Sprint(size))
+		if err != nil {
+			t.Fatalf("warm: %v\n%s", err, out)
+		}
+		if held := logInt(t, out, "cache_bytes"); held < size*8/10 || logInt(t, out, "objects_not_cached") == 0 {
+			t.Errorf("one warm of %d bytes that compress filled %d of a %d-byte cache; want 80%% at least, and some left out:\n%s", textBytes, held, size, out)
+		}
+	})
+}
+
+// TestWarmEmptyFilesAloneFail: a warm that cached only empty files (the
+// only ones that fit) cached none of the dataset: it fails, as one that
+// cached nothing does.
+func TestWarmEmptyFilesAloneFail(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "e/a-empty", nil)
+	testenv.Put(t, st, "e/b.bin", bytes.Repeat([]byte{1}, 2<<20))
+	out, err := warmCmd(st, "e", t.TempDir(), "--cache-size", "256KiB")
+	if err == nil || !strings.Contains(out, "warm cached none") {
+		t.Fatalf("warm that cached an empty file alone: %v, want a failure:\n%s", err, out)
+	}
+}

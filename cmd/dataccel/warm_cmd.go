@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -246,16 +247,20 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		return err
 	}
 	// A dataset larger than the cache: warm fetches the part that fits, in
-	// the order of objs (the listing's, or --list's), not the rest, which
-	// would only evict what it cached. Blocks that compress take less room
-	// than their size: a round after the first takes what fits then.
+	// the order of objs (a walk's, or --list's), not the rest, which the
+	// cache would refuse: its policy keeps the blocks it holds (another
+	// dataset's too) rather than evict them for blocks seen once, so the
+	// room is what it does not hold. Blocks that compress take less than
+	// their size: each round after the first plans by the share of it the
+	// last one took, until nothing more fits.
 	var failed []warmFailure
 	var werr error
-	left := 0 // objects warm did not fetch for want of room
-	for round, pending := 1, objs; len(pending) > 0 && round <= 3; round++ {
+	left := 0    // objects warm did not fetch for want of room
+	share := 1.0 // of an object's room stored raw, what its blocks take
+	for round, pending := 1, objs; len(pending) > 0 && round <= 4; round++ {
 		held := cstats.DiskBytes.Load()
-		planned, room := warmPlan(loader, objs, warmCapacity(p, f.mount.cacheDir, held)-disk.Reserved(), held,
-			func(o store.Object) int64 { return footprint(disk, o, p.blockSize) })
+		room := warmCapacity(p, f.mount.cacheDir, held) - held - disk.Reserved()
+		planned, raw := warmPlan(loader, pending, room, func(o store.Object) int64 { return footprint(disk, o, p.blockSize) }, share)
 		var todo, rest []store.Object
 		for _, o := range pending {
 			if planned[o.Key] {
@@ -265,8 +270,9 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 			}
 		}
 		if round == 1 && len(rest) > 0 {
-			logger.Warn("the dataset is larger than the disk cache can take: warm fetches the part that fits, in the order a walk of the tree reads (--list sets another), not the rest, which would only evict it",
-				"objects", len(objs), "fitting", len(objs)-len(rest), "room_bytes", room)
+			logger.Warn("the dataset is larger than the room in the disk cache: warm fetches the part that fits, in the order a walk of the tree reads (--list sets another), not the rest, which the cache would refuse "+
+				"(what it holds stays: `dataccel cache purge` empties it of other datasets)",
+				"objects", len(objs), "fitting", len(objs)-len(rest), "room_bytes", max(room, 0), "cache_holds_bytes", held)
 		}
 		left = len(rest)
 		if len(todo) == 0 {
@@ -295,6 +301,9 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 		failed = append(failed, f2...)
 		if werr != nil || disk.Disabled() {
 			break
+		}
+		if raw > 0 {
+			share = min(1, max(0.05, 1.05*float64(cstats.DiskBytes.Load()-held)/float64(raw)))
 		}
 		pending = rest
 	}
@@ -342,36 +351,27 @@ func warmCapacity(p mountPlan, dir string, held int64) int64 {
 	return capacity
 }
 
-// warmPlan returns the objects of objs that a cache of capacity bytes
-// holds beside the blocks of objs it holds already (held bytes in all):
-// those, and the ones missing blocks, in order, as long as each one's room
-// on disk (fp) fits what is left; one that does not is passed over for the
-// ones after it (a job reads its files in order: the first ones are the
-// ones to have). room is what the cache has for objs' missing blocks: its
-// capacity less what it holds of objs, or less all it holds when that is
-// less (compressed blocks).
-func warmPlan(loader *prefetch.Loader, objs []store.Object, capacity, held int64, fp func(store.Object) int64) (planned map[string]bool, room int64) {
-	missing := make([]bool, len(objs))
-	var heldOfObjs int64
-	for i, o := range objs {
-		// An object missing a block counts as missing whole: its cached
-		// blocks count neither here nor in what it needs.
-		if missing[i] = loader.Uncached(o) > 0; !missing[i] {
-			heldOfObjs += fp(o)
-		}
-	}
-	room = capacity - min(heldOfObjs, held)
+// warmPlan returns the objects of objs that fit room bytes of the cache,
+// in order: the ones it holds whole, and the ones missing blocks as long as
+// each one's room on disk (fp, times share) fits what is left; one that
+// does not is passed over for the ones after it (a job reads its files in
+// order: the first ones are the ones to have). raw sums fp of the planned
+// objects missing blocks.
+func warmPlan(loader *prefetch.Loader, objs []store.Object, room int64, fp func(store.Object) int64, share float64) (planned map[string]bool, raw int64) {
 	planned = make(map[string]bool, len(objs))
-	left := room
-	for i, o := range objs {
-		if !missing[i] {
+	for _, o := range objs {
+		if loader.Uncached(o) == 0 {
 			planned[o.Key] = true
-		} else if need := fp(o); need <= left {
-			left -= need
+			continue
+		}
+		n := fp(o)
+		if need := int64(math.Ceil(float64(n) * share)); need <= room {
+			room -= need
+			raw += n
 			planned[o.Key] = true
 		}
 	}
-	return planned, max(room, 0)
+	return planned, raw
 }
 
 // footprint is the room obj's blocks of blockSize take in disk, stored raw.
@@ -415,7 +415,13 @@ func reportFull(logger *slog.Logger, dir string, p mountPlan, cacheBytes int64, 
 		why += fmt.Sprintf("; its file system has %s free, %s above the --cache-min-free floor of %s",
 			humanBytes(free), humanBytes(max(free-floor, 0)), humanBytes(floor))
 	}
-	if len(missing) == len(objs) {
+	nonEmpty := 0 // an empty object is cached for nothing: one cached alone is no warm
+	for _, o := range objs {
+		if o.Size > 0 {
+			nonEmpty++
+		}
+	}
+	if len(missing) == nonEmpty {
 		return fmt.Errorf("warm cached none of the %d objects (%s): %s", len(objs), humanBytes(missingBytes), why)
 	}
 	logger.Warn("the cache is full: part of the dataset was not cached", "objects_not_cached", len(missing),
