@@ -652,12 +652,15 @@ func (d *Disk) putWait(k Key, b []byte, deadline time.Time) bool {
 	}
 	n := int64(len(b))
 	d.pendMu.Lock()
-	wake := d.wakeAt(deadline)
-	defer wake.Stop()
+	var wake *time.Timer // only once it waits: Drain puts every block RAM holds
 	for d.pendSize > 0 && d.pendSize+n > d.opts.QueueBytes {
 		if !time.Now().Before(deadline) { // a disk that hangs must not hold the exit
 			d.pendMu.Unlock()
 			return false
+		}
+		if wake == nil {
+			wake = d.wakeAt(deadline)
+			defer wake.Stop()
 		}
 		d.pendCond.Wait() // the writers drain the queue until Close, which waits for qmu
 	}
@@ -707,22 +710,11 @@ func (d *Disk) queued(frac int64) bool {
 	return frac*d.pendSize >= d.opts.QueueBytes
 }
 
-// Full reports whether a block written now would push another out of the
-// tier or be refused, as RAM.Full does: the tier is disabled, or within
-// fullFor its policy refused a write (all it holds is in use) or evicted
-// blocks to take one. A dropped write (queue full) does not count: it says
-// the disk is busy, not that there is no room. Full turns false again once
-// no block has been offered for fullFor, and the next one offered tells
-// whether there is room yet.
 // Footprint is the most room a block of n bytes of k's object takes on
 // disk, stored raw: its record's header and alignment. Planning by the
 // bytes alone overfills a cache of small blocks.
 func (d *Disk) Footprint(k Key, n int64) int64 {
-	nsums := 0
-	if n > 1<<sumShift {
-		nsums = numChunks(uint64(n), sumShift)
-	}
-	return alignUp(int64(fixedHeader+len(k.Object)+len(k.ETag)+8*nsums+8)+n, d.align)
+	return alignUp(int64(blockHeaderLen(k, sumsOf(int(n), sumShift), 0))+n, d.align)
 }
 
 // Reserved is the room of a full disk cache that blocks do not take: the
@@ -732,6 +724,13 @@ func (d *Disk) Reserved() int64 {
 	return (d.max/d.segTarget + 1 + int64(2*d.opts.Writers)) * firstRecord(d.align)
 }
 
+// Full reports whether a block written now would push another out of the
+// tier or be refused, as RAM.Full does: the tier is disabled, or within
+// fullFor its policy refused a write (all it holds is in use) or evicted
+// blocks to take one. A dropped write (queue full) does not count: it says
+// the disk is busy, not that there is no room. Full turns false again once
+// no block has been offered for fullFor, and the next one offered tells
+// whether there is room yet.
 func (d *Disk) Full() bool {
 	if d.Disabled() {
 		return true

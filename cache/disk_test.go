@@ -2093,3 +2093,16 @@ func TestDiskOutOfFiles(t *testing.T) {
 	d.quiesce()
 	checkAccounting(t, d)
 }
+
+// TestFootprint: a block's footprint, which warm plans with, is the room
+// its record takes when stored raw.
+func TestFootprint(t *testing.T) {
+	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
+	for _, n := range []int{0, 100, 1 << sumShift, 1<<sumShift + 1, 3 << 20} {
+		k := testKey(keyName(n), 1)
+		hdr, payload, _ := (&compressor{}).encodeBlock(k, make([]byte, n), false)
+		if want, got := alignUp(int64(len(hdr)+len(payload)), d.align), d.Footprint(k, int64(n)); got != want {
+			t.Errorf("Footprint of %d bytes: %d, want %d (its record's span)", n, got, want)
+		}
+	}
+}

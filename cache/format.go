@@ -249,16 +249,30 @@ func (c *compressor) worthCompressing(b []byte) bool {
 	return out*100 <= in*(100-minSavingPct+4)
 }
 
+// sumsOf is how many chunk checksums a block of n bytes carries: one per
+// chunk of 1<<shift bytes, none for a block of one chunk.
+func sumsOf(n int, shift uint8) int {
+	if n > 1<<shift {
+		return numChunks(uint64(n), shift)
+	}
+	return 0
+}
+
+// blockHeaderLen is the length of a block record's header for k, with
+// nsums checksums and clens bytes of stored chunk lengths.
+func blockHeaderLen(k Key, nsums, clens int) int {
+	return fixedHeader + len(k.Object) + len(k.ETag) + 8*nsums + clens + 8
+}
+
 // encodeBlock returns the header and payload of the record for k and b,
 // and how many bytes compression saved (0 when stored raw). A raw payload
 // is b itself.
 func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload []byte, saved int64) {
 	shift := c.shift()
 	payload, flags := b, byte(0)
-	nsums := 0
-	if len(b) > 1<<shift {
+	nsums := sumsOf(len(b), shift)
+	if nsums > 0 {
 		flags = flagSums
-		nsums = numChunks(uint64(len(b)), shift)
 	}
 	var clens []byte // with flagS2Chunks: each chunk's stored length
 	if compress && c.worthCompressing(b) {
@@ -279,8 +293,7 @@ func (c *compressor) encodeBlock(k Key, b []byte, compress bool) (hdr, payload [
 	if flags&flagS2Chunks == 0 {
 		clens = nil
 	}
-	hl := fixedHeader + len(k.Object) + len(k.ETag) + 8*nsums + len(clens) + 8
-	hdr = make([]byte, hl)
+	hdr = make([]byte, blockHeaderLen(k, nsums, len(clens)))
 	copy(hdr[0:4], blockMagic)
 	hdr[4] = formatVersion
 	hdr[5] = flags

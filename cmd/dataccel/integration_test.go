@@ -1020,11 +1020,8 @@ func TestWarmIntoFullCache(t *testing.T) {
 			if tc.name == "a read-only file system" {
 				cacheDir = readOnlyDir(t)
 			}
-			cmd := exec.Command(bin, append([]string{"warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir,
-				"s3://" + st.Bucket() + "/full"}, tc.flags...)...)
-			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-			out, err := cmd.CombinedOutput()
-			if (err != nil) != tc.fails || !strings.Contains(string(out), tc.wantMsg) {
+			out, err := warmCmd(st, "full", cacheDir, tc.flags...)
+			if (err != nil) != tc.fails || !strings.Contains(out, tc.wantMsg) {
 				t.Fatalf("warm %v: %v (want failure: %v), want %q in:\n%s", tc.flags, err, tc.fails, tc.wantMsg, out)
 			}
 			if tc.name == "a read-only file system" {
@@ -1038,11 +1035,11 @@ func TestWarmIntoFullCache(t *testing.T) {
 				t.Fatalf("%d of %d files cached", n, len(files))
 			}
 			if !tc.fails {
-				if missing := logInt(t, string(out), "objects_not_cached"); missing != int64(len(files)-n) {
+				if missing := logInt(t, out, "objects_not_cached"); missing != int64(len(files)-n) {
 					t.Errorf("warm says %d objects not cached, the cache holds %d of %d", missing, n, len(files))
 				}
 				// The rest would only have evicted what it cached.
-				if fetched := logInt(t, string(out), "fetched_bytes"); fetched > total*3/4 {
+				if fetched := logInt(t, out, "fetched_bytes"); fetched > total*3/4 {
 					t.Errorf("warm fetched %d bytes of %d into a cache bound to half of them:\n%s", fetched, total, out)
 				}
 			}
@@ -1063,10 +1060,7 @@ func TestWarmCompressibleIntoSmallCache(t *testing.T) {
 		total += int64(len(b))
 	}
 	cacheDir := t.TempDir()
-	cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", fmt.Sprint(total/2),
-		"s3://"+st.Bucket()+"/text")
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	out, err := cmd.CombinedOutput()
+	out, err := warmCmd(st, "text", cacheDir, "--cache-size", fmt.Sprint(total/2))
 	if err != nil {
 		t.Fatalf("warm: %v\n%s", err, out)
 	}
@@ -1094,14 +1088,11 @@ func TestWarmSmallCacheTakesTheListFirst(t *testing.T) {
 		if err := os.WriteFile(file, []byte(strings.Join(list, "\n")), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", fmt.Sprint(size),
-			"--list", file, "s3://"+st.Bucket()+"/order")
-		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-		out, err := cmd.CombinedOutput()
+		out, err := warmCmd(st, "order", cacheDir, "--cache-size", fmt.Sprint(size), "--list", file)
 		if err != nil {
 			t.Fatalf("warm: %v\n%s", err, out)
 		}
-		return string(out)
+		return out
 	}
 	warm(names, total/2)
 	if out := warm(names[:3], total); logInt(t, out, "gets") != 0 {
@@ -1127,17 +1118,14 @@ func TestWarmPassesOverWhatDoesNotFit(t *testing.T) {
 		testenv.Put(t, st, fmt.Sprintf("mix/b%02d.jpg", i), b)
 	}
 	cacheDir := t.TempDir()
-	cmd := exec.Command(bin, "warm", "-q", "--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "384KiB",
-		"--cache-compress=false", "s3://"+st.Bucket()+"/mix")
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
-	out, err := cmd.CombinedOutput()
+	out, err := warmCmd(st, "mix", cacheDir, "--cache-size", "384KiB", "--cache-compress=false")
 	if err != nil {
 		t.Fatalf("warm: %v\n%s", err, out)
 	}
 	if n, err := countBlocks(cacheDir); err != nil || n != 20 {
 		t.Fatalf("%d blocks cached (%v), want the 20 small files:\n%s", n, err, out)
 	}
-	if got := logInt(t, string(out), "gets"); got != 20 {
+	if got := logInt(t, out, "gets"); got != 20 {
 		t.Errorf("%d GETs, want 20: the large file only, which does not fit, is left", got)
 	}
 }

@@ -260,15 +260,7 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	for round, pending := 1, objs; len(pending) > 0 && round <= 4; round++ {
 		held := cstats.DiskBytes.Load()
 		room := warmCapacity(p, f.mount.cacheDir, held) - held - disk.Reserved()
-		planned, raw := warmPlan(loader, pending, room, func(o store.Object) int64 { return footprint(disk, o, p.blockSize) }, share)
-		var todo, rest []store.Object
-		for _, o := range pending {
-			if planned[o.Key] {
-				todo = append(todo, o)
-			} else {
-				rest = append(rest, o)
-			}
-		}
+		todo, rest, raw := warmPlan(loader, pending, room, func(o store.Object) int64 { return footprint(disk, o, p.blockSize) }, share)
 		if round == 1 && len(rest) > 0 {
 			logger.Warn("the dataset is larger than the room in the disk cache: warm fetches the part that fits, in the order a walk of the tree reads (--list sets another), not the rest, which the cache would refuse "+
 				"(what it holds stays: `dataccel cache purge` empties it of other datasets)",
@@ -351,27 +343,28 @@ func warmCapacity(p mountPlan, dir string, held int64) int64 {
 	return capacity
 }
 
-// warmPlan returns the objects of objs that fit room bytes of the cache,
-// in order: the ones it holds whole, and the ones missing blocks as long as
-// each one's room on disk (fp, times share) fits what is left; one that
-// does not is passed over for the ones after it (a job reads its files in
-// order: the first ones are the ones to have). raw sums fp of the planned
-// objects missing blocks.
-func warmPlan(loader *prefetch.Loader, objs []store.Object, room int64, fp func(store.Object) int64, share float64) (planned map[string]bool, raw int64) {
-	planned = make(map[string]bool, len(objs))
+// warmPlan splits objs, in order, into the ones that fit room bytes of the
+// cache (todo: the ones it holds whole, and the ones missing blocks as long
+// as each one's room on disk, fp times share, fits what is left) and the
+// rest; one that does not fit is passed over for the ones after it (a job
+// reads its files in order: the first ones are the ones to have). raw sums
+// fp of the objects in todo missing blocks.
+func warmPlan(loader *prefetch.Loader, objs []store.Object, room int64, fp func(store.Object) int64, share float64) (todo, rest []store.Object, raw int64) {
 	for _, o := range objs {
 		if loader.Uncached(o) == 0 {
-			planned[o.Key] = true
+			todo = append(todo, o)
 			continue
 		}
 		n := fp(o)
 		if need := int64(math.Ceil(float64(n) * share)); need <= room {
 			room -= need
 			raw += n
-			planned[o.Key] = true
+			todo = append(todo, o)
+		} else {
+			rest = append(rest, o)
 		}
 	}
-	return planned, raw
+	return todo, rest, raw
 }
 
 // footprint is the room obj's blocks of blockSize take in disk, stored raw.
