@@ -67,6 +67,10 @@ type Config struct {
 	// MetadataTTL bounds how long listings and attributes are trusted, both
 	// here and in the kernel. Datasets rarely change under training.
 	MetadataTTL time.Duration
+	// OutageGrace is how long past MetadataTTL a listing serves while the
+	// store fails the LISTs of its directory on errors that sending again
+	// may cure (unreachable, 5xx, timeouts); 0: not at all.
+	OutageGrace time.Duration
 	UID, GID    uint32
 	AllowOther  bool
 	Logger      *slog.Logger
@@ -202,6 +206,7 @@ func newFS(cfg Config) *FS {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
+	ns.grace = cfg.OutageGrace
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
 		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, healLists: make(chan struct{}, healParallel),

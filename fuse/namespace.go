@@ -104,6 +104,22 @@ type namespace struct {
 
 	relisting map[string]bool // guarded by mu; directories relistDue lists again before their ttl passed
 
+	// grace is how long past its ttl a listing serves while the LISTs of
+	// its directory fail on errors sending again may cure (an unreachable
+	// or failing store): a job whose files are cached reads on through an
+	// outage instead of failing its lookups. 0: never.
+	grace time.Duration
+	// riding: for each directory whose listing rides out an outage, when
+	// it began to (its LIST failed that way, or it expired during one):
+	// it serves past the ttl for grace, and relistDue tries again once a
+	// lookup asked for it since. Guarded by mu.
+	riding map[string]time.Time
+	// outage: the last LIST that ended failed that way (guarded by mu).
+	// Expired listings ride it out at once, without a LIST each: a job
+	// over a thousand directories would otherwise wait for a failing LIST
+	// (up to --io-timeout) in each.
+	outage bool
+
 	// changed, if set, is told the names a new listing of dir added,
 	// removed or changed against the one it replaced (set before the
 	// mount serves): the kernel's entries of them must go.
@@ -114,7 +130,7 @@ type namespace struct {
 // (keepFresh, which the caller starts) stop when bg ends.
 func newNamespace(bg context.Context, st store.Store, ttl time.Duration, log *slog.Logger) *namespace {
 	return &namespace{bg: bg, st: st, ttl: ttl, log: log, now: time.Now, dirs: map[string]*listing{}, warned: map[string]bool{},
-		relisting: map[string]bool{}}
+		relisting: map[string]bool{}, riding: map[string]time.Time{}}
 }
 
 // list returns the listing of dir (a prefix ending in "/", or ""), fetching
@@ -127,13 +143,33 @@ func (ns *namespace) list(ctx context.Context, dir string) (*listing, error) {
 // more than half the ttl serves half a ttl after it arrived: it cannot be
 // younger, and listing it again at once would never end.
 func (ns *namespace) fresh(l *listing, now time.Time) bool {
-	return now.Sub(l.at) < max(ns.ttl, l.took+ns.ttl/2)
+	return now.Sub(l.at) < ns.life(l)
+}
+
+// life is how long after its LIST began l serves (fresh says why).
+func (ns *namespace) life(l *listing) time.Duration { return max(ns.ttl, l.took+ns.ttl/2) }
+
+// ridesOut says whether l, dir's listing, serves past its life because
+// the store fails LISTs (ns.mu held); an expired listing that begins to
+// ride out an outage here is marked riding.
+func (ns *namespace) ridesOut(dir string, l *listing, now time.Time) bool {
+	if now.Sub(l.at) >= ns.life(l)+ns.grace {
+		return false
+	}
+	if _, ok := ns.riding[dir]; ok {
+		return true
+	}
+	if ns.outage {
+		ns.riding[dir] = now
+		return true
+	}
+	return false
 }
 
 // serving returns dir's listing if it is fresh, or no longer while
 // relistDue lists it again (it started before the listing expired: the
-// listing serves for the ttl and the time its relisting takes), and marks
-// it used; otherwise nil.
+// listing serves for the ttl and the time its relisting takes) or while
+// it rides out an outage (ns.grace), and marks it used; otherwise nil.
 func (ns *namespace) serving(dir string) *listing {
 	l, _ := ns.servingOrHeld(dir)
 	return l
@@ -145,7 +181,7 @@ func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
-	if now := ns.now(); l != nil && (ns.fresh(l, now) || ns.relisting[dir]) {
+	if now := ns.now(); l != nil && (ns.fresh(l, now) || ns.relisting[dir] || ns.ridesOut(dir, l, now)) {
 		return l.use(now), l
 	}
 	return nil, l
@@ -163,6 +199,9 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 			return nil, ctx.Err()
 		case r := <-ns.fetchShared(dir, held, notBefore):
 			if r.Err != nil {
+				if l := ns.serving(dir); l != nil && notBefore.IsZero() {
+					return l, nil // riding out an outage (the fetch marked it)
+				}
 				return nil, r.Err
 			}
 			l := r.Val.(*listing)
@@ -210,6 +249,7 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 		defer cancel()
 		l, err := ns.fetch(fctx, dir)
 		if err != nil {
+			ns.failed(dir, err)
 			return nil, err
 		}
 		old := ns.held(dir)
@@ -229,12 +269,52 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 			ns.gen++
 		}
 		ns.dirs[dir] = l
+		ns.listed(dir)
 		ns.mu.Unlock()
 		if len(changed) > 0 && ns.changed != nil {
 			ns.changed(dir, changed)
 		}
 		return l, nil
 	})
+}
+
+// outageErr says whether a LIST's err is one of an outage: one that
+// sending again may cure (the store unreachable, 5xx, timeouts), while
+// the mount lives.
+func (ns *namespace) outageErr(err error) bool {
+	return ns.grace > 0 && store.Retryable(err) && ns.bg.Err() == nil
+}
+
+// failed records that a LIST of dir failed with err. In an outage
+// (outageErr) a listing held for dir rides it out: it serves past its ttl
+// for ns.grace. After any other error (access denied, no bucket) it serves
+// no longer than its ttl.
+func (ns *namespace) failed(dir string, err error) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if !ns.outageErr(err) {
+		delete(ns.riding, dir)
+		ns.outage = false // the store answered: no listing rides out an answer
+		return
+	}
+	if ns.dirs[dir] != nil {
+		ns.riding[dir] = ns.now()
+	}
+	if !ns.outage {
+		ns.outage = true
+		ns.log.Warn("the store fails LISTs: listings serve past --metadata-ttl until it answers, for up to --outage-grace",
+			"dir", dir, "outage_grace", ns.grace, "err", err)
+	}
+}
+
+// listed records that dir was listed (ns.mu held): the store answers.
+func (ns *namespace) listed(dir string) {
+	delete(ns.riding, dir)
+	if ns.outage {
+		ns.outage = false
+		ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for",
+			"riding", len(ns.riding))
+	}
 }
 
 // installedSince returns dir's listing if it replaced held, is fresh and
@@ -277,7 +357,7 @@ func changedNames(a, b *listing) []string {
 // keepFresh lists again, in the background, the listings that near the end
 // of their ttl (relistDue), until ns.bg ends.
 func (ns *namespace) keepFresh() {
-	t := time.NewTicker(max(ns.ttl/8, time.Second))
+	t := time.NewTicker(min(max(ns.ttl/8, time.Second), time.Minute)) // at most a minute: listings riding out an outage are tried again each tick
 	defer t.Stop()
 	for {
 		select {
@@ -301,18 +381,34 @@ func (ns *namespace) keepFresh() {
 // relisted is tried again at each tick while it serves, then no more (a
 // LIST that fails for good was tried, and logged, every tick for the
 // mount's life): lookups then wait for a fetch as on a first listing, and
-// see its error.
+// see its error. A listing riding out an outage is tried again at a tick
+// once a lookup asked for it since it began to; a round stops at its first
+// LIST that fails as in an outage (the others would wait for theirs), and
+// in an outage lists one directory at a time: the first probes the store.
 func (ns *namespace) relistDue(ctx context.Context) {
 	now := ns.now()
 	var due []string
 	found := map[string]*listing{}
+	riding := map[string]bool{}
 	ns.mu.Lock()
 	for dir, l := range ns.dirs {
-		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && ns.fresh(l, now) && l.used.Load() && !ns.relisting[dir] {
+		if ns.relisting[dir] {
+			continue
+		}
+		if f, ok := ns.riding[dir]; ok && ns.ridesOut(dir, l, now) {
+			if l.lastUse.Load() >= f.UnixNano() { // asked for since its LIST failed
+				due = append(due, dir)
+				found[dir] = l
+				riding[dir] = true
+			}
+			continue
+		}
+		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && ns.fresh(l, now) && l.used.Load() {
 			due = append(due, dir)
 			found[dir] = l
 		}
 	}
+	inOutage := ns.outage
 	ns.mu.Unlock()
 	slices.Sort(due)
 	var (
@@ -322,8 +418,15 @@ func (ns *namespace) relistDue(ctx context.Context) {
 	)
 	var g errgroup.Group
 	g.SetLimit(2)
+	if inOutage {
+		g.SetLimit(1) // one LIST probes the store
+	}
+	var outage atomic.Bool // a LIST of this round failed as in an outage: the rest wait for the next tick
 	for _, dir := range due {
 		g.Go(func() error {
+			if outage.Load() {
+				return nil
+			}
 			// Marked as it starts, not while it waits its turn: a listing
 			// serves past its expiry only for the time of its own LIST.
 			ns.mu.Lock()
@@ -346,7 +449,10 @@ func (ns *namespace) relistDue(ctx context.Context) {
 			ns.mu.Lock()
 			delete(ns.relisting, dir)
 			ns.mu.Unlock()
-			if err != nil {
+			if err != nil && ns.outageErr(err) {
+				outage.Store(true)
+			}
+			if err != nil && !riding[dir] { // an outage ridden out was logged as it began
 				mu.Lock()
 				if failed++; firstErr == nil {
 					firstErr = err
@@ -359,7 +465,7 @@ func (ns *namespace) relistDue(ctx context.Context) {
 	g.Wait()
 	if failed > 0 && ctx.Err() == nil {
 		ns.log.Warn("relisting directories ahead of --metadata-ttl failed; their listings serve until it passes",
-			"failed", failed, "of", len(due), "err", firstErr)
+			"failed", failed, "of", len(due)-len(riding), "err", firstErr)
 	}
 }
 
@@ -375,10 +481,12 @@ func (ns *namespace) dropIdle() {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	for dir, l := range ns.dirs {
-		if !ns.fresh(l, now) && !ns.relisting[dir] && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
+		if !ns.fresh(l, now) && !ns.relisting[dir] && !ns.ridesOut(dir, l, now) && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
 			delete(ns.dirs, dir)
+			delete(ns.riding, dir)
 		}
 	}
+
 }
 
 func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {

@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -138,6 +139,9 @@ type heldLister struct {
 	hold    atomic.Bool
 	fail    atomic.Bool
 	release chan struct{}
+	// failWith, if set, is the error of a failing LIST (else one that
+	// sending again may cure).
+	failWith atomic.Pointer[error]
 }
 
 func (s *heldLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
@@ -150,6 +154,9 @@ func (s *heldLister) List(ctx context.Context, prefix string, recursive bool, fn
 		}
 	}
 	if s.fail.Load() {
+		if e := s.failWith.Load(); e != nil {
+			return *e
+		}
 		return errors.New("injected LIST failure")
 	}
 	return s.memStore.List(ctx, prefix, recursive, fn)
@@ -446,6 +453,137 @@ func TestDropIdle(t *testing.T) {
 	}
 	if n := st.lists.Load(); n != lists+1 {
 		t.Fatalf("%d LISTs, want %d: the dropped directory listed again", n, lists+1)
+	}
+}
+
+// TestRideOutOutage: while the store fails LISTs on errors that sending
+// again may cure, an expired listing serves for the grace past its ttl
+// instead of failing lookups (a job whose files are cached reads on); it is
+// tried again once a lookup asked for it since the last failure, the
+// outage is logged as it begins and as it ends, and the first LIST that
+// succeeds replaces it. Past the grace, or on an error that no retry
+// cures (access denied), lookups fail as before.
+func TestRideOutOutage(t *testing.T) {
+	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "e/x": nil}}, release: make(chan struct{})}
+	var logs testenv.SyncBuffer
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	ns.grace = 15 * time.Minute
+	start := time.Now()
+	var clock atomic.Int64
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	at := func(d time.Duration) { t.Helper(); clock.Store(int64(d)) }
+	lookup := func(name string) (bool, error) {
+		t.Helper()
+		_, ok, err := ns.lookup(t.Context(), "d/", name)
+		return ok, err
+	}
+	lists := func(want int64) {
+		t.Helper()
+		if n := st.lists.Load(); n != want {
+			t.Fatalf("at %v: %d LISTs, want %d", time.Duration(clock.Load()), n, want)
+		}
+	}
+	if ok, err := lookup("a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := ns.list(t.Context(), "e/"); err != nil {
+		t.Fatal(err)
+	}
+	st.fail.Store(true)
+	at(61 * time.Minute) // expired, never relisted (no tick ran): the lookup lists, fails, and rides out
+	if ok, err := lookup("a"); !ok || err != nil {
+		t.Fatalf("lookup past the ttl in an outage: %v %v, want the held listing", ok, err)
+	}
+	lists(3)
+	if _, ok, err := ns.lookup(t.Context(), "e/", "x"); !ok || err != nil {
+		t.Fatalf("another expired listing in the outage: %v %v", ok, err)
+	}
+	lists(3) // rides it out at once: no failing LIST to wait for
+	if _, ok, err := ns.lookup(t.Context(), "e/", "x"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n := strings.Count(logs.String(), "the store fails LISTs"); n != 1 {
+		t.Fatalf("%d outage warnings, want 1: %q", n, logs.String())
+	}
+	if ok, err := lookup("a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	lists(3) // served while riding out, no wait for a LIST
+	at(62 * time.Minute)
+	ns.relistDue(t.Context()) // both asked for since they began to ride: d/ probes the store, fails, and ends the round
+	lists(4)
+	at(63 * time.Minute)
+	ns.relistDue(t.Context()) // e/ still due; d/ not asked for since its LIST failed
+	lists(5)
+	at(64 * time.Minute)
+	ns.relistDue(t.Context()) // neither asked for since
+	lists(5)
+	if strings.Contains(logs.String(), "relisting directories ahead") || strings.Count(logs.String(), "the store fails LISTs") != 1 {
+		t.Fatalf("an outage ridden out logs once: %q", logs.String())
+	}
+
+	st.fail.Store(false)
+	st.objs["d/b"] = nil
+	if ok, err := lookup("b"); ok || err != nil {
+		t.Fatalf("b before the store answers again: %v %v", ok, err)
+	}
+	at(65 * time.Minute)
+	ns.relistDue(t.Context())
+	lists(6)
+	if ok, err := lookup("b"); !ok || err != nil {
+		t.Fatalf("b after the store answered: %v %v", ok, err)
+	}
+	if !strings.Contains(logs.String(), "the store answers LISTs again") {
+		t.Fatalf("the outage's end not logged: %q", logs.String())
+	}
+
+	// Listed at 65: expires at 125, rides out until 140.
+	st.fail.Store(true)
+	at(139 * time.Minute)
+	if ok, err := lookup("b"); !ok || err != nil {
+		t.Fatalf("within the grace: %v %v", ok, err)
+	}
+	if n := strings.Count(logs.String(), "the store fails LISTs"); n != 2 {
+		t.Fatalf("%d outage warnings, want 2 (a second outage)", n)
+	}
+	at(141 * time.Minute)
+	if _, err := lookup("b"); err == nil {
+		t.Fatal("a lookup past the grace served the listing")
+	}
+
+	// An error no retry cures ends the listing at its ttl.
+	st.fail.Store(false)
+	at(142 * time.Minute)
+	if ok, err := lookup("b"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	denied := fmt.Errorf("list: %w", store.ErrAccess)
+	st.failWith.Store(&denied)
+	st.fail.Store(true)
+	at(203 * time.Minute)
+	if _, err := lookup("b"); !errors.Is(err, store.ErrAccess) {
+		t.Fatalf("lookup past the ttl with access denied: %v, want the error", err)
+	}
+
+	// Access denied in an outage ends it at the next LIST.
+	st.fail.Store(false)
+	at(204 * time.Minute)
+	if ok, err := lookup("b"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	st.failWith.Store(nil)
+	st.fail.Store(true)
+	at(265 * time.Minute)
+	if _, _, err := ns.lookup(t.Context(), "e/", "x"); err == nil { // listed at 61: past its grace, but it starts an outage
+		t.Fatal("e/ past its grace served")
+	}
+	if ok, err := lookup("b"); !ok || err != nil {
+		t.Fatalf("d/ expired in an outage: %v %v, want it to ride it out", ok, err)
+	}
+	st.failWith.Store(&denied)
+	ns.relistDue(t.Context())
+	if _, err := lookup("b"); !errors.Is(err, store.ErrAccess) {
+		t.Fatalf("lookup once a LIST was denied in an outage: %v, want the error", err)
 	}
 }
 

@@ -125,6 +125,7 @@ func TestMountErrors(t *testing.T) {
 			"s3://" + st.Bucket(), "MNT"}, wantMsg: "--endpoint must not carry credentials", checkMounted: true},
 		{name: "zero connect timeout", args: []string{"mount", "--connect-timeout", "0s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--connect-timeout 0s: must be positive"},
 		{name: "bad ttl", args: []string{"mount", "--metadata-ttl", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "must be positive"},
+		{name: "negative outage grace", args: []string{"mount", "--outage-grace", "-1s", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--outage-grace must be 0 or more"},
 		{name: "negative list-ahead", args: []string{"mount", "--list-ahead", "-1", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--list-ahead -1: want 0..256"},
 		{name: "bad passthrough-min-size", args: []string{"mount", "--passthrough-min-size", "big", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--passthrough-min-size"},
 		{name: "bad local-copies", args: []string{"mount", "--cache-dir", "CACHE", "--local-copies", "lots", "s3://" + st.Bucket(), "MNT"}, wantMsg: "--local-copies"},
@@ -240,7 +241,7 @@ func TestWarmHelp(t *testing.T) {
 		}
 	}
 	for _, flag := range []string{"--allow-other", "--prefetch-push", "--prefetch-inflight", "--prefetch-memory",
-		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--list-ahead"} {
+		"--max-inflight", "--ram-cache-size", "--hedge", "--manifest", "--metadata-ttl", "--outage-grace", "--list-ahead"} {
 		if strings.Contains(string(out), flag+" ") {
 			t.Errorf("warm --help lists the mount-only flag %s", flag)
 		}

@@ -40,6 +40,7 @@ type mountFlags struct {
 	anyAnnounce bool
 	uid, gid    int
 	metadataTTL time.Duration
+	outageGrace time.Duration
 	debugFUSE   bool
 
 	cacheDir      string
@@ -77,6 +78,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.uid, "uid", os.Getuid(), "owner uid of files and directories (default: the caller's)")
 	fl.IntVar(&f.gid, "gid", os.Getgid(), "owner gid of files and directories (default: the caller's)")
 	fl.DurationVar(&f.metadataTTL, "metadata-ttl", time.Hour, "how long listings and attributes are trusted (datasets rarely change under training); listings are re-listed in the background before it passes")
+	fl.DurationVar(&f.outageGrace, "outage-grace", 15*time.Minute, "how long past --metadata-ttl listings serve while the store cannot be reached or fails LISTs (5xx, timeouts), so that a job reading cached files reads on through an outage; 0: lookups fail once --metadata-ttl passes")
 	fl.IntVar(&f.listAhead, "list-ahead", 32, "LISTs at a time that list the subdirectories ahead of a walker (find, os.walk, ImageFolder) once it has listed two of one directory; 0 turns it off")
 	fl.BoolVar(&f.debugFUSE, "debug-fuse", false, "log every FUSE request (very verbose)")
 
@@ -152,6 +154,9 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	bad := func(flag string, err error) error { return usageError{fmt.Errorf("--%s: %w", flag, err)} }
 	if f.metadataTTL <= 0 {
 		return p, usageError{fmt.Errorf("--metadata-ttl must be positive, got %s", f.metadataTTL)}
+	}
+	if f.outageGrace < 0 {
+		return p, usageError{fmt.Errorf("--outage-grace must be 0 or more, got %s", f.outageGrace)}
 	}
 	if err := f.wait.validate(); err != nil {
 		return p, err
@@ -546,6 +551,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		Prefix:             p.prefix,
 		FsName:             source,
 		MetadataTTL:        f.metadataTTL,
+		OutageGrace:        f.outageGrace,
 		UID:                uint32(f.uid),
 		GID:                uint32(f.gid),
 		AllowOther:         f.allowOther,

@@ -137,6 +137,55 @@ func TestEndpointDownThroughMount(t *testing.T) {
 	}
 }
 
+// TestOutageRiddenOut: with the store down past --metadata-ttl, a job
+// whose files are cached opens and reads them on (--outage-grace); with
+// --outage-grace 0 the opens fail as before. Once the store is back, the
+// mount lists again and sees an object added meanwhile.
+func TestOutageRiddenOut(t *testing.T) {
+	for _, tc := range []struct {
+		grace   string
+		readsOn bool
+	}{{"0s", false}, {"1m", true}} {
+		t.Run("grace="+tc.grace, func(t *testing.T) {
+			st := srv.NewBucket(t)
+			files := dataset(t, st, "", 4, 10<<10)
+			fp := faultProxy(t)
+			const ttl = time.Second
+			m := startMount(t, t.TempDir(), "--endpoint", fp.Endpoint, "--metadata-ttl", ttl.String(), "--outage-grace", tc.grace,
+				"--io-timeout", "1s", "--stall-timeout", "300ms", "s3://"+st.Bucket())
+			read := func(rel string) ([]byte, error) { return os.ReadFile(filepath.Join(m.dir, rel)) }
+			for rel, want := range files {
+				if b, err := read(rel); err != nil || !bytes.Equal(b, want) {
+					t.Fatalf("%s before the outage: %v", rel, err)
+				}
+			}
+			fp.SetDown(true)
+			time.Sleep(2*ttl + 500*time.Millisecond) // the listings and the kernel's entries expire
+			for rel, want := range files {
+				b, err := read(rel)
+				switch {
+				case tc.readsOn && (err != nil || !bytes.Equal(b, want)):
+					t.Fatalf("%s in the outage, past --metadata-ttl: %d bytes, %v; want the cached file", rel, len(b), err)
+				case !tc.readsOn && err == nil:
+					t.Fatalf("%s in the outage with --outage-grace 0: read, want the lookup to fail", rel)
+				}
+			}
+			fp.SetDown(false)
+			added := []byte("added during the outage")
+			testenv.Put(t, st, "c00/added.jpg", added)
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				b, err := read("c00/added.jpg")
+				if err == nil && bytes.Equal(b, added) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the object added during the outage, 15 s after it: %v", err)
+				}
+			}
+		})
+	}
+}
+
 // readOnce reads the start of a file with plain system calls, which return
 // EINTR to the caller where os.File would retry it for ever.
 func readOnce(path string) error {
