@@ -253,9 +253,12 @@ func leftovers(dir string) (others, oldDirs []string, oldFiles int64, err error)
 }
 
 // PurgeDir removes every segment, leftover and saved state of the cache in
-// dir, keeping the marker so the directory stays a valid, empty cache. It
-// refuses a directory without the marker and one that a Disk has open.
-func PurgeDir(dir string) error {
+// dir, keeping the marker so the directory stays a valid, empty cache, then
+// runs also (if set: what else the caller keeps in dir) with the lock
+// still held, so that a mount starting meanwhile fails to take the
+// directory rather than find half of it gone. It refuses a directory
+// without the marker and one that a Disk has open.
+func PurgeDir(dir string, also func() error) error {
 	if err := CheckDir(dir); err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
 	}
@@ -284,6 +287,9 @@ func PurgeDir(dir string) error {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("purge cache dir %s: %w", dir, err)
 		}
+	}
+	if also != nil {
+		return also()
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -219,7 +220,7 @@ func TestDiskRefusesForeignAndBusyDirs(t *testing.T) {
 	if _, err := NewDisk(DiskOptions{Dir: foreign, MaxBytes: 1 << 20}); err == nil {
 		t.Fatal("NewDisk used a non-empty directory without the marker")
 	}
-	if err := PurgeDir(foreign); err == nil {
+	if err := PurgeDir(foreign, nil); err == nil {
 		t.Fatal("PurgeDir accepted a directory without the marker")
 	}
 	if _, err := os.Stat(filepath.Join(foreign, "notes.txt")); err != nil {
@@ -231,7 +232,7 @@ func TestDiskRefusesForeignAndBusyDirs(t *testing.T) {
 		d.Close()
 		t.Fatal("a second Disk opened a directory in use")
 	}
-	if err := PurgeDir(dir); err == nil {
+	if err := PurgeDir(dir, nil); err == nil {
 		t.Fatal("PurgeDir purged a directory in use")
 	}
 	for _, bad := range []DiskOptions{{Dir: "", MaxBytes: 1}, {Dir: dir, MaxBytes: 0}, {Dir: dir, MaxBytes: 1, MinFreeFraction: 1}} {
@@ -506,8 +507,23 @@ func TestDiskCompression(t *testing.T) {
 		t.Fatalf("StatDir = %+v", st)
 	}
 	d.Close()
-	if err := PurgeDir(dir); err != nil {
-		t.Fatal(err)
+	alsoRan := false
+	err = PurgeDir(dir, func() error {
+		// What the caller purges besides runs under the lock: a Disk
+		// opened now (a mount starting) does not take the directory.
+		alsoRan = true
+		d, err := NewDisk(DiskOptions{Dir: dir, MaxBytes: 64 << 20, MinFreeFraction: -1})
+		if err == nil {
+			d.Close()
+			return errors.New("a Disk opened the directory while it was purged")
+		}
+		if !strings.Contains(err.Error(), "in use by another process") {
+			return fmt.Errorf("a Disk opened while purging: %w, want the directory in use", err)
+		}
+		return nil
+	})
+	if err != nil || !alsoRan {
+		t.Fatalf("PurgeDir: %v (its also ran: %v)", err, alsoRan)
 	}
 	if left := segFiles(t, dir); len(left) != 0 {
 		t.Fatalf("PurgeDir left %v", left)
@@ -550,7 +566,7 @@ func TestStatDirDeadRecords(t *testing.T) {
 	if st, err = StatDir(dir); err != nil || st.TempFiles != 2 || st.Entries != 15 {
 		t.Fatalf("StatDir with leftovers = %+v, %v", st, err)
 	}
-	if err := PurgeDir(dir); err != nil {
+	if err := PurgeDir(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, err = StatDir(dir); err != nil || st != (DirStat{}) {

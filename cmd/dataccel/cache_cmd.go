@@ -81,21 +81,24 @@ func newCacheCmd() *cobra.Command {
 			if err := need(); err != nil {
 				return err
 			}
-			if err := cache.PurgeDir(dir); err != nil {
-				return err
-			}
-			if err := os.RemoveAll(filepath.Join(dir, localCopyDir)); err != nil {
-				return fmt.Errorf("purge local copies: %w", err)
-			}
-			// The listings too: a purge asks the next mount to start from
-			// the store, names included.
-			for _, pattern := range []string{manifestPrefix + "*", store.ManifestTempPattern} {
-				paths, _ := filepath.Glob(filepath.Join(dir, pattern))
-				for _, p := range paths {
-					if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return fmt.Errorf("purge namespace manifests: %w", err)
+			err := cache.PurgeDir(dir, func() error { // under the cache's lock: a mount starting now fails to take the directory instead of reading what goes
+				if err := os.RemoveAll(filepath.Join(dir, localCopyDir)); err != nil {
+					return fmt.Errorf("purge local copies: %w", err)
+				}
+				// The listings too: a purge asks the next mount to start
+				// from the store, names included.
+				for _, pattern := range []string{manifestPrefix + "*", store.ManifestTempPattern} {
+					paths, _ := filepath.Glob(filepath.Join(dir, pattern))
+					for _, p := range paths {
+						if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+							return fmt.Errorf("purge namespace manifests: %w", err)
+						}
 					}
 				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "purged", dir)
 			return nil
