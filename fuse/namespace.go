@@ -109,16 +109,28 @@ type namespace struct {
 	// or failing store): a job whose files are cached reads on through an
 	// outage instead of failing its lookups. 0: never.
 	grace time.Duration
-	// riding: for each directory whose listing rides out an outage, when
-	// it began to (its LIST failed that way, or it expired during one):
-	// it serves past the ttl for grace, and relistDue tries again once a
-	// lookup asked for it since. Guarded by mu.
+	// riding: for each directory whose own LIST failed that way while a
+	// listing of it was held, when it last failed: the listing serves past
+	// the ttl for grace, and relistDue tries again once a lookup asked for
+	// it since. Guarded by mu.
 	riding map[string]time.Time
-	// outage: the last LIST that ended failed that way (guarded by mu).
-	// Expired listings ride it out at once, without a LIST each: a job
-	// over a thousand directories would otherwise wait for a failing LIST
-	// (up to --io-timeout) in each.
+	// refused: the directories whose last LIST got an answer that no retry
+	// changes (access denied, no bucket): their listings never ride.
+	// Guarded by mu.
+	refused map[string]bool
+	// outage: the last LIST that ended failed as in an outage (guarded by
+	// mu). An expired listing then serves while it is listed again in the
+	// background (revalidate) instead of making its lookup wait for a LIST
+	// that may fail only after --io-timeout: a job over a thousand
+	// directories would wait that long in each.
 	outage bool
+	// outageLogged: the outage's start was logged (so its end will be);
+	// outageWarnedAt: when a start was last logged. Guarded by mu.
+	outageLogged   bool
+	outageWarnedAt time.Time
+	// revalidating bounds the background LISTs of revalidate.
+	revalidating chan struct{}
+	bgLists      sync.WaitGroup // revalidate's LISTs (tests wait for them)
 
 	// changed, if set, is told the names a new listing of dir added,
 	// removed or changed against the one it replaced (set before the
@@ -130,7 +142,7 @@ type namespace struct {
 // (keepFresh, which the caller starts) stop when bg ends.
 func newNamespace(bg context.Context, st store.Store, ttl time.Duration, log *slog.Logger) *namespace {
 	return &namespace{bg: bg, st: st, ttl: ttl, log: log, now: time.Now, dirs: map[string]*listing{}, warned: map[string]bool{},
-		relisting: map[string]bool{}, riding: map[string]time.Time{}}
+		relisting: map[string]bool{}, riding: map[string]time.Time{}, refused: map[string]bool{}, revalidating: make(chan struct{}, 2)}
 }
 
 // list returns the listing of dir (a prefix ending in "/", or ""), fetching
@@ -150,20 +162,13 @@ func (ns *namespace) fresh(l *listing, now time.Time) bool {
 func (ns *namespace) life(l *listing) time.Duration { return max(ns.ttl, l.took+ns.ttl/2) }
 
 // ridesOut says whether l, dir's listing, serves past its life because
-// the store fails LISTs (ns.mu held); an expired listing that begins to
-// ride out an outage here is marked riding.
+// the store fails LISTs: its own, or the last one that ended (ns.mu held).
 func (ns *namespace) ridesOut(dir string, l *listing, now time.Time) bool {
-	if now.Sub(l.at) >= ns.life(l)+ns.grace {
+	if ns.refused[dir] || now.Sub(l.at) >= ns.life(l)+ns.grace {
 		return false
 	}
-	if _, ok := ns.riding[dir]; ok {
-		return true
-	}
-	if ns.outage {
-		ns.riding[dir] = now
-		return true
-	}
-	return false
+	_, failed := ns.riding[dir]
+	return failed || ns.outage
 }
 
 // serving returns dir's listing if it is fresh, or no longer while
@@ -179,12 +184,45 @@ func (ns *namespace) serving(dir string) *listing {
 // serving or not (nil if none).
 func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	ns.mu.Lock()
-	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
-	if now := ns.now(); l != nil && (ns.fresh(l, now) || ns.relisting[dir] || ns.ridesOut(dir, l, now)) {
+	now := ns.now()
+	if l == nil || ns.fresh(l, now) || ns.relisting[dir] {
+		ns.mu.Unlock()
+		if l == nil {
+			return nil, nil
+		}
 		return l.use(now), l
 	}
-	return nil, l
+	if !ns.ridesOut(dir, l, now) {
+		ns.mu.Unlock()
+		return nil, l
+	}
+	_, failed := ns.riding[dir]
+	ns.mu.Unlock()
+	if !failed {
+		ns.revalidate(dir, l) // expired in an outage that its own LIST has not met yet
+	}
+	return l.use(now), l
+}
+
+// revalidate lists dir again in the background (l is its listing), two
+// directories at a time; when two are being listed it does nothing: the
+// next lookup, or relistDue, tries again.
+func (ns *namespace) revalidate(dir string, l *listing) {
+	select {
+	case ns.revalidating <- struct{}{}:
+	default:
+		return
+	}
+	ns.bgLists.Add(1)
+	go func() {
+		defer ns.bgLists.Done()
+		defer func() { <-ns.revalidating }()
+		select {
+		case <-ns.fetchShared(dir, l, time.Time{}):
+		case <-ns.bg.Done():
+		}
+	}()
 }
 
 // listAt is list that also re-fetches a listing built before notBefore.
@@ -199,8 +237,10 @@ func (ns *namespace) listAt(ctx context.Context, dir string, notBefore time.Time
 			return nil, ctx.Err()
 		case r := <-ns.fetchShared(dir, held, notBefore):
 			if r.Err != nil {
-				if l := ns.serving(dir); l != nil && notBefore.IsZero() {
-					return l, nil // riding out an outage (the fetch marked it)
+				if notBefore.IsZero() && ns.outageErr(r.Err) {
+					if l := ns.serving(dir); l != nil {
+						return l, nil // riding out an outage (the fetch marked it)
+					}
 				}
 				return nil, r.Err
 			}
@@ -269,8 +309,11 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 			ns.gen++
 		}
 		ns.dirs[dir] = l
-		ns.listed(dir)
+		ended := ns.listed(dir)
 		ns.mu.Unlock()
+		if ended {
+			ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for")
+		}
 		if len(changed) > 0 && ns.changed != nil {
 			ns.changed(dir, changed)
 		}
@@ -285,36 +328,66 @@ func (ns *namespace) outageErr(err error) bool {
 	return ns.grace > 0 && store.Retryable(err) && ns.bg.Err() == nil
 }
 
+// outageWarnEvery spaces the warnings of outages that begin: a prefix
+// that keeps failing beside healthy ones starts one at each failure.
+const outageWarnEvery = 5 * time.Minute
+
 // failed records that a LIST of dir failed with err. In an outage
 // (outageErr) a listing held for dir rides it out: it serves past its ttl
-// for ns.grace. After any other error (access denied, no bucket) it serves
-// no longer than its ttl.
+// for ns.grace. After an answer no retry changes (access denied, no
+// bucket) it serves no longer than its ttl, outage or not, until dir is
+// listed again.
 func (ns *namespace) failed(dir string, err error) {
 	ns.mu.Lock()
-	defer ns.mu.Unlock()
 	if !ns.outageErr(err) {
 		delete(ns.riding, dir)
-		ns.outage = false // the store answered: no listing rides out an answer
+		if ns.bg.Err() != nil || store.Retryable(err) {
+			ns.mu.Unlock()
+			return // the mount ends, or no grace to ride on
+		}
+		ns.refused[dir] = true
+		ended := ns.endOutage()
+		ns.mu.Unlock()
+		if ended {
+			ns.log.Info("the store answers LISTs again, with an error no retry changes: listings of the directories it refuses no longer serve past --metadata-ttl",
+				"dir", dir, "err", err)
+		}
 		return
 	}
+	now := ns.now()
 	if ns.dirs[dir] != nil {
-		ns.riding[dir] = ns.now()
+		ns.riding[dir] = now
 	}
+	warn := false
 	if !ns.outage {
 		ns.outage = true
+		if now.Sub(ns.outageWarnedAt) >= outageWarnEvery {
+			warn, ns.outageLogged, ns.outageWarnedAt = true, true, now
+		}
+	}
+	ns.mu.Unlock()
+	if warn {
 		ns.log.Warn("the store fails LISTs: listings serve past --metadata-ttl until it answers, for up to --outage-grace",
 			"dir", dir, "outage_grace", ns.grace, "err", err)
 	}
 }
 
-// listed records that dir was listed (ns.mu held): the store answers.
-func (ns *namespace) listed(dir string) {
+// listed records that dir was listed (ns.mu held), and reports whether
+// that ended an outage whose start was logged.
+func (ns *namespace) listed(dir string) bool {
 	delete(ns.riding, dir)
+	delete(ns.refused, dir)
+	return ns.endOutage()
+}
+
+// endOutage ends the outage, if any (ns.mu held), and reports whether its
+// start was logged.
+func (ns *namespace) endOutage() bool {
+	logged := ns.outage && ns.outageLogged
 	if ns.outage {
-		ns.outage = false
-		ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for",
-			"riding", len(ns.riding))
+		ns.outage, ns.outageLogged = false, false
 	}
+	return logged
 }
 
 // installedSince returns dir's listing if it replaced held, is fresh and
@@ -356,18 +429,35 @@ func changedNames(a, b *listing) []string {
 
 // keepFresh lists again, in the background, the listings that near the end
 // of their ttl (relistDue), until ns.bg ends.
+//
+// Listings riding out an outage are tried again at least once a minute
+// (the rest keep their ttl/8).
 func (ns *namespace) keepFresh() {
-	t := time.NewTicker(min(max(ns.ttl/8, time.Second), time.Minute)) // at most a minute: listings riding out an outage are tried again each tick
+	every := max(ns.ttl/8, time.Second)
+	t := time.NewTicker(min(every, time.Minute))
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-ns.bg.Done():
 			return
-		case <-t.C:
-			ns.relistDue(ns.bg)
-			ns.dropIdle()
+		case now := <-t.C:
+			if now.Sub(last) >= every-every/16 { // a tick late or early is still this one
+				last = now
+				ns.relistDue(ns.bg, false)
+				ns.dropIdle()
+			} else if ns.anyRiding() {
+				ns.relistDue(ns.bg, true)
+			}
 		}
 	}
+}
+
+// anyRiding says whether a listing rides out an outage of its own LIST.
+func (ns *namespace) anyRiding() bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return len(ns.riding) > 0
 }
 
 // relistDue lists again, two at a time, the directories whose listings
@@ -385,11 +475,11 @@ func (ns *namespace) keepFresh() {
 // once a lookup asked for it since it began to; a round stops at its first
 // LIST that fails as in an outage (the others would wait for theirs), and
 // in an outage lists one directory at a time: the first probes the store.
-func (ns *namespace) relistDue(ctx context.Context) {
+func (ns *namespace) relistDue(ctx context.Context, ridingOnly bool) {
 	now := ns.now()
 	var due []string
 	found := map[string]*listing{}
-	riding := map[string]bool{}
+	riding := map[string]time.Time{}
 	ns.mu.Lock()
 	for dir, l := range ns.dirs {
 		if ns.relisting[dir] {
@@ -399,18 +489,34 @@ func (ns *namespace) relistDue(ctx context.Context) {
 			if l.lastUse.Load() >= f.UnixNano() { // asked for since its LIST failed
 				due = append(due, dir)
 				found[dir] = l
-				riding[dir] = true
+				riding[dir] = f
 			}
 			continue
 		}
-		if now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && ns.fresh(l, now) && l.used.Load() {
+		if !ridingOnly && now.Sub(l.at) >= ns.ttl-min(max(ns.ttl/4, 2*l.took), ns.ttl/2) && ns.fresh(l, now) && l.used.Load() {
 			due = append(due, dir)
 			found[dir] = l
 		}
 	}
 	inOutage := ns.outage
 	ns.mu.Unlock()
-	slices.Sort(due)
+	// Riding first, the longest riding first: a directory whose LIST keeps
+	// failing (its time is its last failure) never stands before the
+	// others, healthy ones perhaps, in a round that its failure ends.
+	slices.SortFunc(due, func(a, b string) int {
+		fa, ra := riding[a]
+		fb, rb := riding[b]
+		switch {
+		case ra && rb && !fa.Equal(fb):
+			return fa.Compare(fb)
+		case ra != rb:
+			if ra {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	var (
 		mu       sync.Mutex
 		failed   int   // guarded by mu
@@ -452,7 +558,7 @@ func (ns *namespace) relistDue(ctx context.Context) {
 			if err != nil && ns.outageErr(err) {
 				outage.Store(true)
 			}
-			if err != nil && !riding[dir] { // an outage ridden out was logged as it began
+			if _, rode := riding[dir]; err != nil && !rode { // an outage ridden out was logged as it began
 				mu.Lock()
 				if failed++; firstErr == nil {
 					firstErr = err
@@ -464,7 +570,7 @@ func (ns *namespace) relistDue(ctx context.Context) {
 	}
 	g.Wait()
 	if failed > 0 && ctx.Err() == nil {
-		ns.log.Warn("relisting directories ahead of --metadata-ttl failed; their listings serve until it passes",
+		ns.log.Warn("relisting directories ahead of --metadata-ttl failed; their listings serve until it passes (and, while the store cannot be reached, for --outage-grace after)",
 			"failed", failed, "of", len(due)-len(riding), "err", firstErr)
 	}
 }
@@ -484,6 +590,7 @@ func (ns *namespace) dropIdle() {
 		if !ns.fresh(l, now) && !ns.relisting[dir] && !ns.ridesOut(dir, l, now) && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
 			delete(ns.dirs, dir)
 			delete(ns.riding, dir)
+			delete(ns.refused, dir)
 		}
 	}
 

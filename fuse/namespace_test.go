@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,7 +193,7 @@ func TestRelistDue(t *testing.T) {
 	if _, err := ns.list(t.Context(), "e/"); err != nil { // listed 30 minutes after d/
 		t.Fatal(err)
 	}
-	ns.relistDue(t.Context())
+	ns.relistDue(t.Context(), false)
 	if n := st.lists.Load(); n != 2 {
 		t.Fatalf("half d/'s TTL: %d LISTs, want 2 (no relisting yet)", n)
 	}
@@ -201,7 +202,7 @@ func TestRelistDue(t *testing.T) {
 	st.hold.Store(true)
 	clock.Store(int64(50 * time.Minute))
 	relisted := make(chan struct{})
-	go func() { ns.relistDue(t.Context()); close(relisted) }()
+	go func() { ns.relistDue(t.Context(), false); close(relisted) }()
 	for deadline := time.Now().Add(10 * time.Second); st.lists.Load() != 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d LISTs; want d/ relisted (and e/, 20 minutes old, not)", st.lists.Load())
@@ -231,7 +232,7 @@ func TestRelistDue(t *testing.T) {
 	// is left to them: e/, 70 minutes old, is not relisted.
 	st.fail.Store(true)
 	clock.Store(int64(100 * time.Minute)) // d/ 50 minutes old: due
-	ns.relistDue(t.Context())
+	ns.relistDue(t.Context(), false)
 	if !strings.Contains(logs.String(), "failed=1 of=1") {
 		t.Fatalf("no warning for the failed relisting of d/ alone: %q", logs.String())
 	}
@@ -288,12 +289,12 @@ func TestRelistDueSlowList(t *testing.T) {
 				t.Fatalf("listing at %v after %v; want its LIST's start and %v", l.at.Sub(start), l.took, tc.took)
 			}
 			clock.Store(int64(tc.due - time.Minute))
-			ns.relistDue(t.Context())
+			ns.relistDue(t.Context(), false)
 			if n := st.lists.Load(); n != 1 {
 				t.Fatalf("%d LISTs a minute before %v, want 1", n, tc.due)
 			}
 			clock.Store(int64(tc.due))
-			ns.relistDue(t.Context())
+			ns.relistDue(t.Context(), false)
 			if n := st.lists.Load(); n != 2 {
 				t.Fatalf("%d LISTs at %v: want d/ relisted", n, tc.due)
 			}
@@ -377,7 +378,7 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 	}
 	for i, want := range []int64{2, 2} { // d/ once more (it was used), r/ never
 		clock.Store(int64(time.Duration(i+1) * 50 * time.Minute))
-		ns.relistDue(t.Context())
+		ns.relistDue(t.Context(), false)
 		if n := st.lists.Load(); n != want {
 			t.Fatalf("round %d: %d LISTs, want %d", i, n, want)
 		}
@@ -386,7 +387,7 @@ func TestRelistDueOnlyUsed(t *testing.T) {
 		t.Fatalf("lookup: %v %v", ok, err)
 	}
 	clock.Store(int64(105 * time.Minute)) // its relisting of 50 minutes is due
-	ns.relistDue(t.Context())
+	ns.relistDue(t.Context(), false)
 	if n := st.lists.Load(); n != 3 {
 		t.Fatalf("%d LISTs after d/ was used again, want 3", n)
 	}
@@ -406,7 +407,7 @@ func TestDropIdle(t *testing.T) {
 	at := func(d time.Duration) {
 		t.Helper()
 		clock.Store(int64(d))
-		ns.relistDue(t.Context())
+		ns.relistDue(t.Context(), false)
 		ns.dropIdle()
 	}
 	held := func(want map[string]bool) {
@@ -458,11 +459,13 @@ func TestDropIdle(t *testing.T) {
 
 // TestRideOutOutage: while the store fails LISTs on errors that sending
 // again may cure, an expired listing serves for the grace past its ttl
-// instead of failing lookups (a job whose files are cached reads on); it is
-// tried again once a lookup asked for it since the last failure, the
-// outage is logged as it begins and as it ends, and the first LIST that
-// succeeds replaces it. Past the grace, or on an error that no retry
-// cures (access denied), lookups fail as before.
+// instead of failing lookups (a job whose files are cached reads on); one
+// that expires during the outage serves at once while it is listed in the
+// background. A listing riding it out is tried again once a lookup asked
+// for it since its last failure, one directory a round; the outage is
+// logged as it begins and as it ends, and the first LIST that succeeds
+// replaces the listing. Past the grace, or after an answer that no retry
+// changes (access denied), lookups fail as before, outage or not.
 func TestRideOutOutage(t *testing.T) {
 	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "e/x": nil}}, release: make(chan struct{})}
 	var logs testenv.SyncBuffer
@@ -472,22 +475,30 @@ func TestRideOutOutage(t *testing.T) {
 	var clock atomic.Int64
 	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
 	at := func(d time.Duration) { t.Helper(); clock.Store(int64(d)) }
-	lookup := func(name string) (bool, error) {
+	lookupIn := func(dir, name string) (bool, error) {
 		t.Helper()
-		_, ok, err := ns.lookup(t.Context(), "d/", name)
+		_, ok, err := ns.lookup(t.Context(), dir, name)
+		ns.bgLists.Wait() // a LIST it started in the background
 		return ok, err
 	}
+	lookup := func(name string) (bool, error) { t.Helper(); return lookupIn("d/", name) }
 	lists := func(want int64) {
 		t.Helper()
 		if n := st.lists.Load(); n != want {
 			t.Fatalf("at %v: %d LISTs, want %d", time.Duration(clock.Load()), n, want)
 		}
 	}
+	warnings := func(want int) {
+		t.Helper()
+		if n := strings.Count(logs.String(), "the store fails LISTs"); n != want {
+			t.Fatalf("at %v: %d outage warnings, want %d: %q", time.Duration(clock.Load()), n, want, logs.String())
+		}
+	}
 	if ok, err := lookup("a"); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if _, err := ns.list(t.Context(), "e/"); err != nil {
-		t.Fatal(err)
+	if ok, err := lookupIn("e/", "x"); !ok || err != nil {
+		t.Fatal(ok, err)
 	}
 	st.fail.Store(true)
 	at(61 * time.Minute) // expired, never relisted (no tick ran): the lookup lists, fails, and rides out
@@ -495,31 +506,32 @@ func TestRideOutOutage(t *testing.T) {
 		t.Fatalf("lookup past the ttl in an outage: %v %v, want the held listing", ok, err)
 	}
 	lists(3)
-	if _, ok, err := ns.lookup(t.Context(), "e/", "x"); !ok || err != nil {
+	warnings(1)
+	if ok, err := lookupIn("e/", "x"); !ok || err != nil {
 		t.Fatalf("another expired listing in the outage: %v %v", ok, err)
 	}
-	lists(3) // rides it out at once: no failing LIST to wait for
-	if _, ok, err := ns.lookup(t.Context(), "e/", "x"); !ok || err != nil {
-		t.Fatal(ok, err)
+	lists(4) // served at once, listed in the background (and failed)
+	for range 3 {
+		if ok, err := lookupIn("e/", "x"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := lookup("a"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
 	}
-	if n := strings.Count(logs.String(), "the store fails LISTs"); n != 1 {
-		t.Fatalf("%d outage warnings, want 1: %q", n, logs.String())
-	}
-	if ok, err := lookup("a"); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	lists(3) // served while riding out, no wait for a LIST
+	lists(4) // riding out: no LIST per lookup
 	at(62 * time.Minute)
-	ns.relistDue(t.Context()) // both asked for since they began to ride: d/ probes the store, fails, and ends the round
-	lists(4)
+	ns.relistDue(t.Context(), true) // both asked for since they began to ride: one LIST probes the store, fails, and ends the round
+	lists(5)
 	at(63 * time.Minute)
-	ns.relistDue(t.Context()) // e/ still due; d/ not asked for since its LIST failed
-	lists(5)
+	ns.relistDue(t.Context(), true) // the other one, still due; the first not asked for since its LIST failed
+	lists(6)
 	at(64 * time.Minute)
-	ns.relistDue(t.Context()) // neither asked for since
-	lists(5)
-	if strings.Contains(logs.String(), "relisting directories ahead") || strings.Count(logs.String(), "the store fails LISTs") != 1 {
-		t.Fatalf("an outage ridden out logs once: %q", logs.String())
+	ns.relistDue(t.Context(), false) // neither asked for since
+	lists(6)
+	warnings(1)
+	if strings.Contains(logs.String(), "relisting directories ahead") {
+		t.Fatalf("an outage ridden out logs as it begins alone: %q", logs.String())
 	}
 
 	st.fail.Store(false)
@@ -527,9 +539,10 @@ func TestRideOutOutage(t *testing.T) {
 	if ok, err := lookup("b"); ok || err != nil {
 		t.Fatalf("b before the store answers again: %v %v", ok, err)
 	}
-	at(65 * time.Minute)
-	ns.relistDue(t.Context())
 	lists(6)
+	at(65 * time.Minute)
+	ns.relistDue(t.Context(), true)
+	lists(7)
 	if ok, err := lookup("b"); !ok || err != nil {
 		t.Fatalf("b after the store answered: %v %v", ok, err)
 	}
@@ -543,15 +556,13 @@ func TestRideOutOutage(t *testing.T) {
 	if ok, err := lookup("b"); !ok || err != nil {
 		t.Fatalf("within the grace: %v %v", ok, err)
 	}
-	if n := strings.Count(logs.String(), "the store fails LISTs"); n != 2 {
-		t.Fatalf("%d outage warnings, want 2 (a second outage)", n)
-	}
+	warnings(2) // a second outage
 	at(141 * time.Minute)
 	if _, err := lookup("b"); err == nil {
 		t.Fatal("a lookup past the grace served the listing")
 	}
 
-	// An error no retry cures ends the listing at its ttl.
+	// An answer no retry changes ends the listing at its ttl.
 	st.fail.Store(false)
 	at(142 * time.Minute)
 	if ok, err := lookup("b"); !ok || err != nil {
@@ -565,7 +576,8 @@ func TestRideOutOutage(t *testing.T) {
 		t.Fatalf("lookup past the ttl with access denied: %v, want the error", err)
 	}
 
-	// Access denied in an outage ends it at the next LIST.
+	// Access denied in an outage ends it at the next LIST, and a later
+	// outage does not bring the denied listing back.
 	st.fail.Store(false)
 	at(204 * time.Minute)
 	if ok, err := lookup("b"); !ok || err != nil {
@@ -574,16 +586,92 @@ func TestRideOutOutage(t *testing.T) {
 	st.failWith.Store(nil)
 	st.fail.Store(true)
 	at(265 * time.Minute)
-	if _, _, err := ns.lookup(t.Context(), "e/", "x"); err == nil { // listed at 61: past its grace, but it starts an outage
+	if _, err := lookupIn("e/", "x"); err == nil { // listed at 0: past its grace, but it starts an outage
 		t.Fatal("e/ past its grace served")
 	}
 	if ok, err := lookup("b"); !ok || err != nil {
 		t.Fatalf("d/ expired in an outage: %v %v, want it to ride it out", ok, err)
 	}
 	st.failWith.Store(&denied)
-	ns.relistDue(t.Context())
+	ns.relistDue(t.Context(), true)
 	if _, err := lookup("b"); !errors.Is(err, store.ErrAccess) {
 		t.Fatalf("lookup once a LIST was denied in an outage: %v, want the error", err)
+	}
+	if !strings.Contains(logs.String(), "with an error no retry changes") {
+		t.Fatalf("the outage's end by an answer not logged: %q", logs.String())
+	}
+	st.failWith.Store(nil)
+	if _, err := lookupIn("e/", "x"); err == nil {
+		t.Fatal("e/ past its grace served")
+	}
+	if _, err := lookup("b"); err == nil {
+		t.Fatal("a later outage brought back a listing the store denied")
+	}
+}
+
+// prefixFailLister is a memStore whose LISTs of one prefix fail (with an
+// error that sending again may cure) while fail is set.
+type prefixFailLister struct {
+	memStore
+	failing string
+	fail    atomic.Bool
+	lists   sync.Map // prefix -> *atomic.Int64
+}
+
+func (s *prefixFailLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	n, _ := s.lists.LoadOrStore(prefix, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	if s.fail.Load() && prefix == s.failing {
+		return errors.New("injected 500 on one prefix")
+	}
+	return s.memStore.List(ctx, prefix, recursive, fn)
+}
+
+// TestOutageOfOnePrefix: one prefix whose LISTs keep failing beside
+// healthy ones neither keeps the healthy listings stale (an expired one is
+// listed in the background at its first lookup, and a failing directory
+// never stands first in a round of relistings) nor logs a warning a round.
+func TestOutageOfOnePrefix(t *testing.T) {
+	st := &prefixFailLister{memStore: memStore{objs: map[string][]byte{"a/1": nil, "b/1": nil, "c/1": nil}}, failing: "a/"}
+	var logs testenv.SyncBuffer
+	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	ns.grace = 15 * time.Minute
+	start := time.Now()
+	var clock atomic.Int64
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	found := func(dir, name string) bool {
+		t.Helper()
+		_, ok, err := ns.lookup(t.Context(), dir, name)
+		ns.bgLists.Wait()
+		if err != nil {
+			t.Fatalf("lookup %s%s: %v", dir, name, err)
+		}
+		return ok
+	}
+	for _, dir := range []string{"a/", "b/", "c/"} {
+		found(dir, "1")
+	}
+	st.fail.Store(true)
+	st.objs["b/2"], st.objs["c/2"] = nil, nil
+	for m := 61; m <= 70; m++ {
+		clock.Store(int64(time.Duration(m) * time.Minute))
+		if !found("a/", "1") {
+			t.Fatalf("at %d min: a/ lost its listing", m)
+		}
+		found("b/", "1") // the first lookup after its expiry gets the listing held, and lists it again
+		if m >= 62 && !found("b/", "2") {
+			t.Fatalf("at %d min: b/2 unseen: the healthy directory stayed stale beside the failing one", m)
+		}
+		found("c/", "1")
+		if m >= 62 && !found("c/", "2") {
+			t.Fatalf("at %d min: c/2 unseen", m)
+		}
+		ns.relistDue(t.Context(), true)
+	}
+	// The healthy directories' LISTs end the outage twice (at 61 and 62)
+	// and the failing one's start it again: one warning.
+	if n := strings.Count(logs.String(), "the store fails LISTs"); n != 1 {
+		t.Fatalf("%d outage warnings over 10 minutes of one failing prefix, want 1: %q", n, logs.String())
 	}
 }
 
@@ -739,14 +827,14 @@ func TestRelistStopsAtExpiry(t *testing.T) {
 	st.fail.Store(true)
 	for _, at := range []time.Duration{50 * time.Minute, 55 * time.Minute} { // the last quarter: tried
 		clock.Store(int64(at))
-		ns.relistDue(t.Context())
+		ns.relistDue(t.Context(), false)
 	}
 	if n := st.lists.Load(); n != 3 {
 		t.Fatalf("%d LISTs by the end of the ttl, want the first and one a tick in its last quarter", n)
 	}
 	for i := range 10 { // past it, nobody looking: no more
 		clock.Store(int64(time.Hour + time.Duration(i)*time.Hour/8))
-		ns.relistDue(t.Context())
+		ns.relistDue(t.Context(), false)
 	}
 	if n := st.lists.Load(); n != 3 {
 		t.Fatalf("%d LISTs after the listing expired unused, want none more than 3", n)
