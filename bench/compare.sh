@@ -2,7 +2,7 @@
 # compare.sh: dataccel beside the peers users would otherwise pick, in one run, on one dataset:
 # a local S3 server (versitygw) behind an emulated round trip, an ImageNet-like dataset, a warm-up
 # epoch that is not measured (dataccel and direct GETs: the machine settles after the build), then
-#   A. cold and warm epochs, shuffled, no announcement, READERS readers, measured with
+#   A. cold and warm epochs, shuffled (or ORDER), no announcement, READERS readers, measured with
 #      `dataccel bench run` over every mount in turn (A B A B), beside direct GETs (the network
 #      ceiling) and a copy of the dataset on local disk; each path's walk of the dataset (the
 #      bench lists every directory before its first epoch) is reported for reference;
@@ -197,7 +197,8 @@ mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-W"
 "$BIN" bench run "${RUN_FLAGS[@]}" --epochs 1 "$OUT/mnt-dataccel/$DS" "s3://$S3_BUCKET/$DS" >/dev/null
 umount_dataccel "$OUT/mnt-dataccel"
 
-say "A. cold + warm epochs, shuffled, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk ($REPEATS runs)"
+ORDER_WORDS=shuffled; [ "$ORDER" = dir ] && ORDER_WORDS="in directory order"
+say "A. cold + warm epochs, $ORDER_WORDS, no announcement, $READERS readers: dataccel, s3fs, rclone, direct GETs, local disk ($REPEATS runs)"
 for r in $(seq "$REPEATS"); do
   server_warm
   mount_dataccel "$OUT/mnt-dataccel" "$OUT/cache-A"
