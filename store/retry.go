@@ -1,12 +1,15 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -245,10 +248,11 @@ var errStopped = errors.New("listing stopped by its caller")
 func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn func(Object) error) error {
 	// A retried listing starts over: skip what fn has already seen. Each
 	// new key is progress: the IOTimeout counts from the last one.
-	seen := map[string]bool{}
+	seen := newKeySet()
 	var fnErr error
 	var last time.Time
 	err := r.doSince(ctx, "list "+prefix, &last, func(ctx context.Context) error {
+		seen.attempt()
 		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
 		defer w.stop()
 		err := r.Store.List(rctx, prefix, recursive, func(o Object) error {
@@ -256,10 +260,9 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 				return fnErr // a range listed in parallel: fn said stop already
 			}
 			w.t.Reset(r.opts.ProgressTimeout)
-			if seen[o.Key] {
+			if !seen.add(o.Key) {
 				return nil
 			}
-			seen[o.Key] = true
 			last = time.Now()
 			if err := fn(o); err != nil {
 				fnErr = err
@@ -276,6 +279,44 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 		return fnErr
 	}
 	return err
+}
+
+// keySet remembers the keys a listing handed on, as two independent
+// 64-bit hashes of each (16 B a key, not the key: a recursive listing of
+// millions of keys, for warm or bench gen, held every key string and a map
+// entry for its whole run, about 100 MB a million). Two keys share both
+// hashes with odds of about n*n/2^129. A listing hands each key on once,
+// so an attempt looks up only what earlier attempts handed on (sorted at
+// its start: the first attempt, the usual one, sorts and searches nothing).
+type keySet struct {
+	s1, s2 maphash.Seed
+	hashes [][2]uint64 // sorted up to sorted
+	sorted int
+}
+
+func newKeySet() *keySet { return &keySet{s1: maphash.MakeSeed(), s2: maphash.MakeSeed()} }
+
+// attempt starts an attempt of the listing.
+func (k *keySet) attempt() {
+	slices.SortFunc(k.hashes, compareHash)
+	k.sorted = len(k.hashes)
+}
+
+// add records key and reports whether no earlier attempt handed it on.
+func (k *keySet) add(key string) bool {
+	h := [2]uint64{maphash.String(k.s1, key), maphash.String(k.s2, key)}
+	if _, found := slices.BinarySearchFunc(k.hashes[:k.sorted], h, compareHash); found {
+		return false
+	}
+	k.hashes = append(k.hashes, h)
+	return true
+}
+
+func compareHash(a, b [2]uint64) int {
+	if c := cmp.Compare(a[0], b[0]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a[1], b[1])
 }
 
 func (r *Retrying) ReadRange(ctx context.Context, obj Object, off, n int64) (io.ReadCloser, error) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -408,6 +409,55 @@ func TestListProgressExtendsIOTimeout(t *testing.T) {
 	if err != nil || len(got) != len(st.keys) || st.calls != 2 {
 		t.Fatalf("listing of %v (a retryable failure after them, past the io timeout of %s): %v after %d listings, got %v; want the keys once, in two listings",
 			st.keys, ioTimeout, err, st.calls, got)
+	}
+}
+
+// partialLister's attempt i lists the first cuts[i] of its keys in
+// order, then fails as a reset connection would; past cuts it lists all.
+type partialLister struct {
+	store.Store
+	keys  []string
+	cuts  []int
+	calls int
+}
+
+func (s *partialLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	n := len(s.keys)
+	if s.calls < len(s.cuts) {
+		n = s.cuts[s.calls]
+	}
+	s.calls++
+	for _, k := range s.keys[:n] {
+		if err := fn(store.Object{Key: k}); err != nil {
+			return err
+		}
+	}
+	if n < len(s.keys) {
+		return errors.New("connection reset by peer")
+	}
+	return nil
+}
+
+// TestListRetriesHandEachKeyOnce: a listing cut short and started over,
+// however far each attempt got, hands each key on once, in the order
+// first listed.
+func TestListRetriesHandEachKeyOnce(t *testing.T) {
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("train/c%03d/img%05d.jpg", i%100, i)
+	}
+	for _, cuts := range [][]int{nil, {0}, {1000}, {1000, 1000, 0, 4999}, {3000, 1000, 4000}} {
+		t.Run(fmt.Sprint(cuts), func(t *testing.T) {
+			st := &partialLister{keys: keys, cuts: cuts}
+			r := store.NewRetrying(st, store.RetryOptions{BaseDelay: time.Microsecond, MaxDelay: time.Microsecond, Attempts: 10})
+			var got []string
+			if err := r.List(context.Background(), "", true, func(o store.Object) error { got = append(got, o.Key); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, keys) || st.calls != len(cuts)+1 {
+				t.Fatalf("%d keys handed on in %d listings, want each of %d once in %d", len(got), st.calls, len(keys), len(cuts)+1)
+			}
+		})
 	}
 }
 
