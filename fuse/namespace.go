@@ -581,19 +581,21 @@ func (ns *namespace) relistDue(ctx context.Context, ridingOnly bool) {
 // last answer), so the next lookup lists the directory as a first one
 // would, and a mount that walked millions of files once does not hold
 // them (about 150 B a file) for its life. Prefetch hints read from held
-// listings and find none, as before the first listing.
+// listings and find none, as before the first listing. A listing young
+// enough to ride out an outage (ns.grace) is kept: the lookup that meets
+// the outage finds it to serve once its LIST fails (it was dropped while
+// that LIST ran, and cached files failed their opens).
 func (ns *namespace) dropIdle() {
 	now := ns.now()
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	for dir, l := range ns.dirs {
-		if !ns.fresh(l, now) && !ns.relisting[dir] && !ns.ridesOut(dir, l, now) && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
+		if now.Sub(l.at) >= ns.life(l)+ns.grace && !ns.relisting[dir] && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
 			delete(ns.dirs, dir)
 			delete(ns.riding, dir)
 			delete(ns.refused, dir)
 		}
 	}
-
 }
 
 func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {

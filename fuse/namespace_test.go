@@ -609,6 +609,34 @@ func TestRideOutOutage(t *testing.T) {
 	}
 }
 
+// TestOutageKeepsIdleListings: with a grace longer than the ttl, a
+// listing idle for two ttls is kept while it may still ride out an outage:
+// the lookup that meets the outage serves it once its LIST fails (it was
+// dropped while that LIST ran, and the cached files failed their opens).
+// Past the grace it is dropped.
+func TestOutageKeepsIdleListings(t *testing.T) {
+	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, release: make(chan struct{})}
+	ns := newNamespace(t.Context(), st, time.Minute, slog.New(slog.DiscardHandler))
+	ns.grace = 15 * time.Minute
+	start := time.Now()
+	var clock atomic.Int64
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	st.fail.Store(true)
+	clock.Store(int64(3 * time.Minute)) // idle for three ttls
+	ns.dropIdle()
+	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); !ok || err != nil {
+		t.Fatalf("lookup in an outage of a directory idle for three ttls: %v %v, want its listing", ok, err)
+	}
+	clock.Store(int64(20 * time.Minute))
+	ns.dropIdle()
+	if ns.held("d/") != nil {
+		t.Fatal("a listing past its grace, idle, kept")
+	}
+}
+
 // prefixFailLister is a memStore whose LISTs of one prefix fail (with an
 // error that sending again may cure) while fail is set.
 type prefixFailLister struct {

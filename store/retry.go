@@ -124,7 +124,9 @@ func Retryable(err error) bool {
 }
 
 // do runs op until it succeeds, fails for good, or the IOTimeout passes.
-func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Context) error) error {
+// op gets how long its request may wait for a first byte: FirstByteTimeout,
+// or less when the IOTimeout ends sooner.
+func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Context, firstByte time.Duration) error) error {
 	return r.doSince(ctx, what, nil, op)
 }
 
@@ -132,7 +134,7 @@ func (r *Retrying) do(ctx context.Context, what string, op func(ctx context.Cont
 // (nil or zero: from the start): a long listing that moves on is not cut at
 // IOTimeout from its first page, and a resumed body that did not move is not
 // given a new IOTimeout on each resume.
-func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time, op func(ctx context.Context) error) error {
+func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time, op func(ctx context.Context, firstByte time.Duration) error) error {
 	start := time.Now()
 	deadlineAt := func() time.Time {
 		if progress != nil && !progress.IsZero() {
@@ -162,7 +164,13 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 			case <-time.After(backoff):
 			}
 		}
-		err = op(ctx)
+		// A request to a store that never answers waits for its first
+		// byte no longer than the IOTimeout has left (with
+		// --io-timeout under --stall-timeout one request ran past it),
+		// but for a floor: the last attempt, at the deadline, gets time
+		// to be answered.
+		firstByte := min(r.opts.FirstByteTimeout, max(time.Until(deadlineAt()), r.opts.IOTimeout/4))
+		err = op(ctx, firstByte)
 		if err == nil {
 			return nil
 		}
@@ -232,8 +240,8 @@ func (w *watchdog) explain(err error) error {
 
 func (r *Retrying) Stat(ctx context.Context, key string) (Object, error) {
 	var obj Object
-	err := r.do(ctx, "stat "+key, func(ctx context.Context) error {
-		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
+	err := r.do(ctx, "stat "+key, func(ctx context.Context, firstByte time.Duration) error {
+		rctx, w := newWatchdog(ctx, firstByte, r.opts.Stats)
 		defer w.stop()
 		var err error
 		obj, err = r.Store.Stat(rctx, key)
@@ -251,9 +259,9 @@ func (r *Retrying) List(ctx context.Context, prefix string, recursive bool, fn f
 	seen := newKeySet()
 	var fnErr error
 	var last time.Time
-	err := r.doSince(ctx, "list "+prefix, &last, func(ctx context.Context) error {
+	err := r.doSince(ctx, "list "+prefix, &last, func(ctx context.Context, firstByte time.Duration) error {
 		seen.attempt()
-		rctx, w := newWatchdog(ctx, r.opts.FirstByteTimeout, r.opts.Stats)
+		rctx, w := newWatchdog(ctx, firstByte, r.opts.Stats)
 		defer w.stop()
 		err := r.Store.List(rctx, prefix, recursive, func(o Object) error {
 			if fnErr != nil {
@@ -346,8 +354,8 @@ type resumingBody struct {
 }
 
 func (b *resumingBody) open() error {
-	return b.r.doSince(b.ctx, "read "+b.obj.Key, &b.movedAt, func(ctx context.Context) error {
-		rctx, w := newWatchdog(ctx, b.r.opts.FirstByteTimeout, b.r.opts.Stats)
+	return b.r.doSince(b.ctx, "read "+b.obj.Key, &b.movedAt, func(ctx context.Context, firstByte time.Duration) error {
+		rctx, w := newWatchdog(ctx, firstByte, b.r.opts.Stats)
 		body, err := b.r.Store.ReadRange(rctx, b.obj, b.off, b.n)
 		if err != nil {
 			w.stop()

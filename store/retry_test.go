@@ -235,6 +235,36 @@ func TestStallsUntilIOTimeout(t *testing.T) {
 	}
 }
 
+// TestFirstByteWithinIOTimeout: with an io timeout under the first-byte
+// timeout (--io-timeout 1s, --stall-timeout 10s), a store that never
+// answers fails a stat or a read within about the io timeout: one request
+// waited the whole first-byte timeout.
+func TestFirstByteWithinIOTimeout(t *testing.T) {
+	for _, op := range []string{"stat", "read"} {
+		t.Run(op, func(t *testing.T) {
+			const ioTimeout = time.Second
+			fp, st, _, objs := faultSetup(t, 1, 64<<10, store.RetryOptions{
+				BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, IOTimeout: ioTimeout,
+				FirstByteTimeout: 10 * time.Second, ProgressTimeout: 10 * time.Second,
+			})
+			fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Stall: time.Minute})
+			start := time.Now()
+			var err error
+			if op == "stat" {
+				_, err = st.Stat(context.Background(), objs[0].Key)
+			} else {
+				var rc io.ReadCloser
+				if rc, err = st.ReadRange(context.Background(), objs[0], 0, objs[0].Size); err == nil {
+					rc.Close()
+				}
+			}
+			if took := time.Since(start); err == nil || took > ioTimeout+ioTimeout/4+time.Second {
+				t.Fatalf("%s of a store that never answers: %v after %s, want an error within about %s", op, err, took, ioTimeout)
+			}
+		})
+	}
+}
+
 // TestDripUntilIOTimeout: a body that brings a byte at a time, each well
 // inside the stall timeout, on every try, is cut as stalled, and the read
 // fails within about the io timeout: a trickle is not progress, or a read
