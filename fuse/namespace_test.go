@@ -457,6 +457,18 @@ func TestDropIdle(t *testing.T) {
 	}
 }
 
+// outageNamespace returns a namespace over st with ttl, a 15-minute
+// outage grace, its log and the fake clock it reads (time since now).
+func outageNamespace(t *testing.T, st store.Store, ttl time.Duration) (*namespace, *testenv.SyncBuffer, *atomic.Int64) {
+	logs := new(testenv.SyncBuffer)
+	ns := newNamespace(t.Context(), st, ttl, slog.New(slog.NewTextHandler(logs, nil)))
+	ns.grace = 15 * time.Minute
+	start := time.Now()
+	clock := new(atomic.Int64)
+	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	return ns, logs, clock
+}
+
 // TestRideOutOutage: while the store fails LISTs on errors that sending
 // again may cure, an expired listing serves for the grace past its ttl
 // instead of failing lookups (a job whose files are cached reads on); one
@@ -468,12 +480,7 @@ func TestDropIdle(t *testing.T) {
 // changes (access denied), lookups fail as before, outage or not.
 func TestRideOutOutage(t *testing.T) {
 	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil, "e/x": nil}}, release: make(chan struct{})}
-	var logs testenv.SyncBuffer
-	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
-	ns.grace = 15 * time.Minute
-	start := time.Now()
-	var clock atomic.Int64
-	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	ns, logs, clock := outageNamespace(t, st, time.Hour)
 	at := func(d time.Duration) { t.Helper(); clock.Store(int64(d)) }
 	lookupIn := func(dir, name string) (bool, error) {
 		t.Helper()
@@ -616,11 +623,7 @@ func TestRideOutOutage(t *testing.T) {
 // Past the grace it is dropped.
 func TestOutageKeepsIdleListings(t *testing.T) {
 	st := &heldLister{memStore: memStore{objs: map[string][]byte{"d/a": nil}}, release: make(chan struct{})}
-	ns := newNamespace(t.Context(), st, time.Minute, slog.New(slog.DiscardHandler))
-	ns.grace = 15 * time.Minute
-	start := time.Now()
-	var clock atomic.Int64
-	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	ns, _, clock := outageNamespace(t, st, time.Minute)
 	if _, ok, err := ns.lookup(t.Context(), "d/", "a"); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -661,12 +664,7 @@ func (s *prefixFailLister) List(ctx context.Context, prefix string, recursive bo
 // never stands first in a round of relistings) nor logs a warning a round.
 func TestOutageOfOnePrefix(t *testing.T) {
 	st := &prefixFailLister{memStore: memStore{objs: map[string][]byte{"a/1": nil, "b/1": nil, "c/1": nil}}, failing: "a/"}
-	var logs testenv.SyncBuffer
-	ns := newNamespace(t.Context(), st, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
-	ns.grace = 15 * time.Minute
-	start := time.Now()
-	var clock atomic.Int64
-	ns.now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	ns, logs, clock := outageNamespace(t, st, time.Hour)
 	found := func(dir, name string) bool {
 		t.Helper()
 		_, ok, err := ns.lookup(t.Context(), dir, name)
