@@ -100,6 +100,7 @@ type Config struct {
 	MaxInflight     int               // concurrent GETs per mount
 	HTTPPort        int32             // the sidecar's /metrics, /healthz, /readyz port
 	MetadataTTL     string            // --metadata-ttl of the sidecar
+	OutageGrace     string            // --outage-grace of the sidecar
 }
 
 // Defaults used for Config fields left empty.
@@ -112,6 +113,7 @@ const (
 	DefaultMaxInflight   = 128
 	DefaultHTTPPort      = 9100
 	DefaultMetadataTTL   = "1h"
+	DefaultOutageGrace   = "15m"
 	// MaxInflightLimit is the most GETs in flight the sidecar's
 	// --max-inflight takes.
 	MaxInflightLimit = 4096
@@ -154,6 +156,9 @@ func (c Config) WithDefaults() Config {
 	if c.MetadataTTL == "" {
 		c.MetadataTTL = DefaultMetadataTTL
 	}
+	if c.OutageGrace == "" {
+		c.OutageGrace = DefaultOutageGrace
+	}
 	return c
 }
 
@@ -176,6 +181,9 @@ func (c Config) Validate() error {
 	}
 	if ttl, err := time.ParseDuration(c.MetadataTTL); err != nil || ttl <= 0 {
 		return fmt.Errorf("metadata ttl %q: want a positive duration such as 1h or 90s", c.MetadataTTL)
+	}
+	if grace, err := time.ParseDuration(c.OutageGrace); err != nil || grace < 0 {
+		return fmt.Errorf("outage grace %q: want a duration such as 15m, or 0s for none", c.OutageGrace)
 	}
 	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return fmt.Errorf("http port %d: out of range", c.HTTPPort)
@@ -412,6 +420,7 @@ func (c Config) sidecarArgs(s settings) []string {
 		"--http=:"+strconv.Itoa(int(s.httpPort)),
 		"--ready-file="+sidecarReadyFile,
 		"--metadata-ttl="+c.MetadataTTL,
+		"--outage-grace="+c.OutageGrace,
 		// The trainer runs as another uid; without allow_other the kernel
 		// refuses it (and the container runtime) access to the mount.
 		"--allow-other",

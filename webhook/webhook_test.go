@@ -258,7 +258,8 @@ func TestInject(t *testing.T) {
 			if got := s.Args[1:3]; got[1] != tt.wantMount {
 				t.Fatalf("sidecar mounts at %v, want %s", got, tt.wantMount)
 			}
-			if !contains(s.Args, "--allow-other") || !contains(s.Args, "--announce-any-user") || !contains(s.Args, "--endpoint=http://minio.storage.svc:9000") {
+			if !contains(s.Args, "--allow-other") || !contains(s.Args, "--announce-any-user") || !contains(s.Args, "--endpoint=http://minio.storage.svc:9000") ||
+				!contains(s.Args, "--outage-grace="+webhook.DefaultOutageGrace) {
 				t.Fatalf("args %v", s.Args)
 			}
 			for _, e := range s.Env {
@@ -613,6 +614,10 @@ func TestConfigValidate(t *testing.T) {
 		{"metadata ttl without a unit", func(c *webhook.Config) { c.MetadataTTL = "90" }, false},
 		{"zero metadata ttl", func(c *webhook.Config) { c.MetadataTTL = "0s" }, false},
 		{"metadata ttl", func(c *webhook.Config) { c.MetadataTTL = "90s" }, true},
+		{"outage grace without a unit", func(c *webhook.Config) { c.OutageGrace = "15" }, false},
+		{"negative outage grace", func(c *webhook.Config) { c.OutageGrace = "-1m" }, false},
+		{"no outage grace", func(c *webhook.Config) { c.OutageGrace = "0s" }, true},
+		{"outage grace", func(c *webhook.Config) { c.OutageGrace = "2h" }, true},
 		{"max inflight over the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit + 1 }, false},
 		{"max inflight at the sidecar's bound", func(c *webhook.Config) { c.MaxInflight = webhook.MaxInflightLimit }, true},
 		{"region", func(c *webhook.Config) { c.Region = "eu-central-1" }, true},

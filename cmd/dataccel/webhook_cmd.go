@@ -67,6 +67,7 @@ The certificate files are re-read when they change (rotation needs no restart).`
 	fl.Int("max-inflight", webhook.DefaultMaxInflight, "sidecar --max-inflight (concurrent GETs)")
 	fl.Int("sidecar-http-port", webhook.DefaultHTTPPort, "default port of the sidecar's /metrics, /healthz and /readyz; a pod may set its own with "+webhook.AnnotationHTTPPort+" (hostNetwork pods must)")
 	fl.String("metadata-ttl", webhook.DefaultMetadataTTL, "sidecar --metadata-ttl")
+	fl.String("outage-grace", webhook.DefaultOutageGrace, "sidecar --outage-grace (how long past --metadata-ttl listings serve while the store cannot be reached)")
 	return cmd
 }
 
@@ -93,6 +94,7 @@ func webhookConfigFromFlags(fl *pflag.FlagSet) (webhook.Config, error) {
 		MaxInflight:     maxInflight,
 		HTTPPort:        int32(port),
 		MetadataTTL:     str("metadata-ttl"),
+		OutageGrace:     str("outage-grace"),
 	}.WithDefaults()
 	if cfg.Image == "" {
 		return cfg, usageError{errors.New("--image is required: the dataccel image injected sidecars run")}
