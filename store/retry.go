@@ -169,7 +169,7 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 		// --io-timeout under --stall-timeout one request ran past it),
 		// but for a floor: the last attempt, at the deadline, gets time
 		// to be answered.
-		firstByte := min(r.opts.FirstByteTimeout, max(time.Until(deadlineAt()), r.opts.IOTimeout/4))
+		firstByte := min(r.opts.FirstByteTimeout, max(time.Until(deadlineAt()), r.opts.IOTimeout/4, time.Millisecond))
 		err = op(ctx, firstByte)
 		if err == nil {
 			return nil

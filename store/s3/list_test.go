@@ -179,6 +179,74 @@ func TestSplitListingStopsNearBounds(t *testing.T) {
 	t.Logf("%d keys: the server sent %d in %d pages", n, sent.Load(), lists.Load())
 }
 
+// TestListStartAfterIgnored: a server that answers a range's first page
+// with keys at or before its start-after (one that ignores it) does not
+// make a split listing hand a key on twice: the range drops them.
+func TestListStartAfterIgnored(t *testing.T) {
+	ctx := context.Background()
+	base := srv.NewBucket(t)
+	var want []string
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range 1000 {
+		key := fmt.Sprintf("d/n01440764_%d.JPEG", i) // as TestSplitListingStopsNearBounds: a listing that splits
+		want = append(want, key)
+		g.Go(func() error {
+			_, err := testenv.PutBytes(ctx, base, key, []byte("x"))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	u, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var injected atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		q := resp.Request.URL.Query()
+		if !q.Has("list-type") || q.Get("start-after") == "" || q.Get("continuation-token") != "" {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		// The page's first entry again, as the listing's first key: one at
+		// or before every range's start-after.
+		if i, j := bytes.Index(body, []byte("<Contents>")), bytes.Index(body, []byte("</Contents>")); i >= 0 && j > i {
+			entry := body[i : j+len("</Contents>")]
+			k0, k1 := bytes.Index(entry, []byte("<Key>")), bytes.Index(entry, []byte("</Key>"))
+			early := slices.Concat(entry[:k0], []byte("<Key>"+want[0]), entry[k1:])
+			body = slices.Concat(body[:i], early, body[i:])
+			injected.Add(1)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	ts := httptest.NewServer(rp)
+	t.Cleanup(ts.Close)
+	cfg := srv.Config(base.Bucket())
+	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = ts.URL, 100, 8
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := listed(t, st, "d/", false)
+	if injected.Load() == 0 {
+		t.Fatal("no range's page had a key to add: the listing was not split")
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %d keys, want %d once each (%d pages given an early key)", len(got), len(want), injected.Load())
+	}
+}
+
 // listed lists prefix and returns the keys sorted, common prefixes marked
 // " (dir)".
 func listed(t *testing.T, st *s3.Store, prefix string, recursive bool) []string {
