@@ -144,24 +144,9 @@ func TestSplitListing(t *testing.T) {
 // range and 89 past it, which a server reads for nothing (versitygw reads
 // each key's file metadata). It asks for about the 11 now.
 func TestSplitListingStopsNearBounds(t *testing.T) {
-	ctx := context.Background()
 	base := srv.NewBucket(t)
 	const n = 1000
-	var want []string
-	var g errgroup.Group
-	g.SetLimit(16)
-	for i := range n {
-		key := fmt.Sprintf("d/n01440764_%d.JPEG", i)
-		want = append(want, key)
-		g.Go(func() error {
-			_, err := testenv.PutBytes(ctx, base, key, []byte("x"))
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(want)
+	want := putImageNetNames(t, base, n)
 	endpoint, lists, sent := listCounter(t)
 	cfg := srv.Config(base.Bucket())
 	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = endpoint, 100, 8
@@ -183,23 +168,8 @@ func TestSplitListingStopsNearBounds(t *testing.T) {
 // with keys at or before its start-after (one that ignores it) does not
 // make a split listing hand a key on twice: the range drops them.
 func TestListStartAfterIgnored(t *testing.T) {
-	ctx := context.Background()
 	base := srv.NewBucket(t)
-	var want []string
-	var g errgroup.Group
-	g.SetLimit(16)
-	for i := range 1000 {
-		key := fmt.Sprintf("d/n01440764_%d.JPEG", i) // as TestSplitListingStopsNearBounds: a listing that splits
-		want = append(want, key)
-		g.Go(func() error {
-			_, err := testenv.PutBytes(ctx, base, key, []byte("x"))
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(want)
+	want := putImageNetNames(t, base, 1000) // a listing that splits
 	u, err := url.Parse(srv.Endpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +215,29 @@ func TestListStartAfterIgnored(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("listed %d keys, want %d once each (%d pages given an early key)", len(got), len(want), injected.Load())
 	}
+}
+
+// putImageNetNames puts n one-byte objects under d/ named as ImageNet's
+// files (n01440764_0.JPEG on, not zero-padded) and returns their keys
+// sorted.
+func putImageNetNames(t *testing.T, base *s3.Store, n int) []string {
+	t.Helper()
+	var want []string
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		key := fmt.Sprintf("d/n01440764_%d.JPEG", i)
+		want = append(want, key)
+		g.Go(func() error {
+			_, err := testenv.PutBytes(context.Background(), base, key, []byte("x"))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	return want
 }
 
 // listed lists prefix and returns the keys sorted, common prefixes marked
