@@ -186,21 +186,20 @@ func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	ns.mu.Lock()
 	l := ns.dirs[dir]
 	now := ns.now()
-	if l == nil || ns.fresh(l, now) || ns.relisting[dir] {
-		ns.mu.Unlock()
-		if l == nil {
-			return nil, nil
+	serves, revalidate := false, false
+	if l != nil {
+		serves = ns.fresh(l, now) || ns.relisting[dir]
+		if !serves && ns.ridesOut(dir, l, now) {
+			_, failed := ns.riding[dir]
+			serves, revalidate = true, !failed // expired in an outage its own LIST has not met yet
 		}
-		return l.use(now), l
 	}
-	if !ns.ridesOut(dir, l, now) {
-		ns.mu.Unlock()
+	ns.mu.Unlock()
+	if !serves {
 		return nil, l
 	}
-	_, failed := ns.riding[dir]
-	ns.mu.Unlock()
-	if !failed {
-		ns.revalidate(dir, l) // expired in an outage that its own LIST has not met yet
+	if revalidate {
+		ns.revalidate(dir, l)
 	}
 	return l.use(now), l
 }

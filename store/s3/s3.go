@@ -1,10 +1,10 @@
 // Package s3 implements store.Store on any S3-compatible server with
 // minio-go v7; only it and cmd/dataccel (for credential sources) import
 // minio-go. It maps S3 error codes to the store's sentinel errors and pins
-// ranged reads to an ETag. It builds and signs GETs itself (get.go) and sends them on HTTP/1.1
-// connections it pools itself (wire.go, http1.go), lists long directories
-// in parallel key ranges and decodes LIST pages itself (list.go,
-// listpage.go).
+// ranged reads to an ETag. It builds and signs GETs itself (get.go) and
+// sends them on HTTP/1.1 connections it pools itself (wire.go, http1.go),
+// lists long directories in parallel key ranges and decodes LIST pages
+// itself (list.go, listpage.go).
 // It does not retry beyond a small bounded count (retries with backoff,
 // timeouts and hedging are store decorators), cache, or read flags and env:
 // the caller passes a Config.
