@@ -362,6 +362,8 @@ jq -n --slurpfile a "$OUT/A-runs.tmp" --slurpfile b "$OUT/B-runs.tmp" --slurpfil
       {name: "cold, no announcement: x the faster peer", value: (([.cold_s.s3fs, .cold_s.rclone]|min) / .cold_s.dataccel), min: 3},
       {name: "cold, announced: x s3fs cold", value: (.cold_s.s3fs / .announced_cold_s.dataccel), min: 10},
       {name: "cold, announced: x direct-GET ceiling", value: (.announced_cold_s.direct / .announced_cold_s.dataccel), min: 0.67},
+      # Under 10, "10x s3fs" asks dataccel to beat the direct GETs beside it.
+      {name: "cold, announced: direct-GET ceiling x s3fs cold", value: (.cold_s.s3fs / .announced_cold_s.direct)},
       {name: "after warm: epoch x direct-GET ceiling", value: (.after_warm_s.direct / .after_warm_s.epoch), min: 0.67},
       {name: "after warm: warm + epoch x direct-GET ceiling", value: (.after_warm_s.direct / (.after_warm_s.warm + .after_warm_s.epoch))},
       {name: "warm: x local-disk re-read, peers unmounted", value: (.alone_warm_s.local / .alone_warm_s.dataccel), min: 0.9},

@@ -33,7 +33,7 @@ paths[].epochs[].fetched.bytes_per_read paths[].epochs[].fetched.cache_hit_ratio
 paths[].epochs[].io_time_s paths[].epochs[].latency_s
 paths[].epochs[].latency_s.max paths[].epochs[].latency_s.mean paths[].epochs[].latency_s.p50
 paths[].epochs[].latency_s.p90 paths[].epochs[].latency_s.p99 paths[].epochs[].latency_s.p99_9
-paths[].epochs[].mb_per_s paths[].epochs[].samples paths[].epochs[].samples_per_s paths[].epochs[].steps
+paths[].epochs[].mb_per_s paths[].epochs[].samples paths[].epochs[].samples_per_s paths[].epochs[].stall_s paths[].epochs[].steps
 paths[].epochs[].time_to_first_batch_s paths[].epochs[].wall_s paths[].files paths[].kind
 paths[].latency_cdf paths[].latency_cdf.cold paths[].latency_cdf.warm paths[].list_s
 paths[].max_accelerators paths[].max_accelerators.after_epochs paths[].max_accelerators.limit
@@ -42,7 +42,7 @@ paths[].max_accelerators.target_au paths[].max_accelerators.trials paths[].max_a
 paths[].max_accelerators.trials[].accelerators paths[].max_accelerators.trials[].au
 paths[].max_accelerators.trials[].wall_s paths[].path paths[].readers paths[].summary
 paths[].summary.au_cold paths[].summary.au_warm paths[].summary.io_factor paths[].summary.samples_per_epoch
-paths[].summary.t_compute_s paths[].summary.t_cold_s paths[].summary.t_io_cold_s paths[].summary.t_io_warm_s
+paths[].summary.t_compute_s paths[].summary.t_first_batch_cold_s paths[].summary.t_first_batch_warm_s paths[].summary.t_stall_cold_s paths[].summary.t_stall_warm_s paths[].summary.t_cold_s paths[].summary.t_io_cold_s paths[].summary.t_io_warm_s
 paths[].summary.t_warm_s paths[].summary.warm_epochs
 probe probe.bandwidth_bytes_per_s probe.request_rate_per_s probe.rtt_s probe.source
 ratios ratios[] ratios[].baseline ratios[].cold_ratio ratios[].path ratios[].warm_ratio

@@ -83,6 +83,10 @@ type EpochResult struct {
 	// ComputeS is the nominal compute time of all steps.
 	ComputeS float64 `json:"compute_s"`
 	AU       float64 `json:"au"`
+	// StallS is how long steps 2..n waited for data (Stall). With
+	// TimeToFirstBatchS and ComputeS it makes the epoch's wall time
+	// without the emulation's sleep overshoot.
+	StallS float64 `json:"stall_s"`
 	// IOTimeS is the busiest loader worker's read time.
 	IOTimeS float64 `json:"io_time_s"`
 	// AnnounceS is the time the epoch's order took to write and apply
@@ -124,9 +128,21 @@ type Summary struct {
 	TIOWarmS  float64 `json:"t_io_warm_s"`
 	AUCold    float64 `json:"au_cold"`
 	AUWarm    float64 `json:"au_warm"`
-	// IOFactor is F_io over the measured epochs (k = 1 cold epoch).
+	// TFirstBatch*S and TStall*S are the epochs' time to first batch and
+	// stall (EpochResult.StallS): cold, and the mean of the others.
+	TFirstBatchColdS float64 `json:"t_first_batch_cold_s"`
+	TFirstBatchWarmS float64 `json:"t_first_batch_warm_s"`
+	TStallColdS      float64 `json:"t_stall_cold_s"`
+	TStallWarmS      float64 `json:"t_stall_warm_s"`
+	// IOFactor is F_io over the measured epochs (k = 1 cold epoch), each
+	// taken as its first batch + T_compute + stall: the wall time less the
+	// emulation's sleep overshoot, which no accelerator would have.
 	IOFactor float64 `json:"io_factor"`
 }
+
+// busyS is an epoch as the accelerators see it: waiting for the first
+// batch, computing, and stalled between steps.
+func busyS(firstBatch, compute, stall float64) float64 { return firstBatch + compute + stall }
 
 // Bounds are the physical lower bounds on one epoch's load time.
 type Bounds struct {
@@ -245,26 +261,41 @@ func IOFactor(epochs, cold int, tCompute, tCold, tWarm float64) float64 {
 	return min(1, float64(epochs)*tCompute/den)
 }
 
+// summarize condenses epochs into a Summary (the zero one for none).
+func summarize(eps []EpochResult) Summary {
+	if len(eps) == 0 {
+		return Summary{}
+	}
+	cold := eps[0]
+	s := Summary{SamplesPerEpoch: cold.Samples, TColdS: cold.WallS, TComputeS: cold.ComputeS,
+		TIOColdS: cold.IOTimeS, AUCold: cold.AU, TWarmS: cold.WallS, TIOWarmS: cold.IOTimeS, AUWarm: cold.AU,
+		TFirstBatchColdS: cold.TimeToFirstBatchS, TFirstBatchWarmS: cold.TimeToFirstBatchS,
+		TStallColdS: cold.StallS, TStallWarmS: cold.StallS}
+	if len(eps) > 1 {
+		var wall, io, au, first, stall float64
+		for _, e := range eps[1:] {
+			wall += e.WallS
+			io += e.IOTimeS
+			au += e.AU
+			first += e.TimeToFirstBatchS
+			stall += e.StallS
+		}
+		n := float64(len(eps) - 1)
+		s.TWarmS, s.TIOWarmS, s.AUWarm, s.WarmEpochs = wall/n, io/n, au/n, len(eps)-1
+		s.TFirstBatchWarmS, s.TStallWarmS = first/n, stall/n
+	}
+	s.IOFactor = IOFactor(len(eps), 1, s.TComputeS, busyS(s.TFirstBatchColdS, s.TComputeS, s.TStallColdS),
+		busyS(s.TFirstBatchWarmS, s.TComputeS, s.TStallWarmS))
+	return s
+}
+
 func (p *PathResult) finish(probe ProbeInfo) {
 	eps := p.Epochs
 	if len(eps) == 0 {
 		return
 	}
 	cold := eps[0]
-	s := Summary{SamplesPerEpoch: cold.Samples, TColdS: cold.WallS, TComputeS: cold.ComputeS,
-		TIOColdS: cold.IOTimeS, AUCold: cold.AU, TWarmS: cold.WallS, TIOWarmS: cold.IOTimeS, AUWarm: cold.AU}
-	if len(eps) > 1 {
-		var wall, io, au float64
-		for _, e := range eps[1:] {
-			wall += e.WallS
-			io += e.IOTimeS
-			au += e.AU
-		}
-		n := float64(len(eps) - 1)
-		s.TWarmS, s.TIOWarmS, s.AUWarm, s.WarmEpochs = wall/n, io/n, au/n, len(eps)-1
-	}
-	s.IOFactor = IOFactor(len(eps), 1, s.TComputeS, s.TColdS, s.TWarmS)
-	p.Summary = s
+	p.Summary = summarize(eps)
 
 	b := Bounds{MeasuredS: cold.IOTimeS}
 	if probe.BandwidthBps > 0 {
@@ -339,12 +370,39 @@ func (r *Result) WriteJSON(w io.Writer) error {
 
 // ReadResult reads a result written by WriteJSON.
 func ReadResult(r io.Reader) (*Result, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read bench result: %w", err)
+	}
 	var res Result
-	if err := json.NewDecoder(r).Decode(&res); err != nil {
+	if err := json.Unmarshal(raw, &res); err != nil {
 		return nil, fmt.Errorf("read bench result: %w", err)
 	}
 	if res.Version != SchemaVersion {
 		return nil, fmt.Errorf("read bench result: schema version %d, want %d", res.Version, SchemaVersion)
+	}
+	// Results written before epochs had stall_s: take each epoch's wall
+	// time less its first batch and compute, which leaves the sleep
+	// overshoot in the stall (a little more than the accelerators waited).
+	var probe struct {
+		Paths []struct {
+			Epochs []struct {
+				StallS *float64 `json:"stall_s"`
+			} `json:"epochs"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("read bench result: %w", err)
+	}
+	for i, p := range probe.Paths {
+		if i >= len(res.Paths) || len(p.Epochs) == 0 || p.Epochs[0].StallS != nil {
+			continue
+		}
+		eps := res.Paths[i].Epochs
+		for j := range eps {
+			eps[j].StallS = max(0, eps[j].WallS-eps[j].TimeToFirstBatchS-eps[j].ComputeS)
+		}
+		res.Paths[i].Summary = summarize(eps)
 	}
 	return &res, nil
 }

@@ -153,6 +153,21 @@ func AU(steps []Step) float64 {
 	return min(1, compute.Seconds()/wall.Seconds())
 }
 
+// Stall is how long steps 2..n waited for their data: their span (from the
+// end of the first step to the end of the last) minus their measured
+// compute, so sleep overshoot is not counted. The first step's wait is the
+// time to first batch. Fewer than two steps: 0.
+func Stall(steps []Step) time.Duration {
+	if len(steps) < 2 {
+		return 0
+	}
+	span := steps[len(steps)-1].End.Sub(steps[0].End)
+	for _, s := range steps[1:] {
+		span -= s.End.Sub(s.Ready)
+	}
+	return max(0, span)
+}
+
 // Run runs the protocol on each source in turn, epoch by epoch (A B A B
 // ...), so a comparison holds on a machine whose speed drifts. When an
 // epoch (or the search for the most accelerators) fails, the result of the
@@ -599,6 +614,7 @@ func runEpoch(ctx context.Context, p epochPlan, progress *Progress, label string
 	ep.Latency = latencyStats(ep.latencies)
 	ep.TimeToFirstBatchS = stepsOut[0].Ready.Sub(start).Seconds()
 	ep.AU = AU(stepsOut)
+	ep.StallS = Stall(stepsOut).Seconds()
 	for _, s := range stepsOut {
 		ep.ComputeS += s.Compute.Seconds()
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,86 @@ func TestAUFromSteps(t *testing.T) {
 				t.Errorf("AU = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// Stall is the wait of steps 2..n: their span less their measured compute,
+// so a step's sleep overshoot (End past Ready + Compute) is not a stall.
+func TestStallFromSteps(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	steps := []Step{
+		{Start: at(0), Ready: at(500), End: at(600), Compute: 100 * time.Millisecond},
+		{Start: at(600), Ready: at(700), End: at(800), Compute: 100 * time.Millisecond},
+		{Start: at(800), Ready: at(1000), End: at(1130), Compute: 100 * time.Millisecond}, // 30 ms overshoot
+	}
+	for _, c := range []struct {
+		name  string
+		steps []Step
+		want  time.Duration
+	}{
+		{"three steps", steps, 300 * time.Millisecond},
+		{"no stall after the first", []Step{steps[0], {Start: at(600), Ready: at(600), End: at(700)}}, 0},
+		{"one step", steps[:1], 0},
+		{"none", nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Stall(c.steps); got != c.want {
+				t.Errorf("Stall = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// tailSource reads every file in 1 ms but every 50th in 40 ms: reads keep
+// up with the compute on average, and the slow ones stall steps anyway.
+type tailSource struct{ n int }
+
+func (s tailSource) String() string { return "tail" }
+func (s tailSource) Kind() string   { return "dir" }
+func (s tailSource) Files(context.Context) ([]File, error) {
+	f := make([]File, s.n)
+	for i := range f {
+		f[i] = File{Name: fmt.Sprintf("f%05d", i), Size: 1}
+	}
+	return f, nil
+}
+func (s tailSource) ReadFile(ctx context.Context, f File, _ []byte) (int64, error) {
+	d := time.Millisecond
+	if n, _ := strconv.Atoi(strings.TrimPrefix(f.Name, "f")); n%50 == 0 {
+		d = 40 * time.Millisecond
+	}
+	time.Sleep(d)
+	return 1, nil
+}
+
+// TestScoreOfTheBenchOwnOffer: an offer with the bench's own accelerators
+// and compute gets an epoch no shorter than the one the bench measured
+// (less its sleep overshoot), so F_io no higher than the bench's own. A
+// model of the longer of compute and reads alone rated such storage as
+// perfect (F_io 1) while the accelerators waited a third of the time.
+func TestScoreOfTheBenchOwnOffer(t *testing.T) {
+	res, err := Run(context.Background(), RunConfig{Accelerators: 1, Workers: 2, Batch: 10, Prefetch: 1, Epochs: 2,
+		ComputePerSample: time.Millisecond, Order: "dir"}, tailSource{n: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := res.Paths[0].Summary
+	if !(sum.TStallColdS > 0 && sum.IOFactor < 0.95) {
+		t.Fatalf("the bench measured a stall of %v s and F_io %v: want a stall and F_io under 0.95 from 40 ms reads", sum.TStallColdS, sum.IOFactor)
+	}
+	for _, e := range res.Paths[0].Epochs {
+		if busy := e.TimeToFirstBatchS + e.ComputeS + e.StallS; busy > e.WallS+1e-9 {
+			t.Errorf("epoch %d: first batch + compute + stall = %v s, over its wall time %v s", e.Epoch, busy, e.WallS)
+		}
+	}
+	got, err := Score(ScoreInput{Offers: []Offer{{Name: "the bench's", Count: 1, PricePerHour: 1, ComputePerSampleS: 0.001}},
+		Bench: res, Epochs: 2, ColdEpochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].FIO > sum.IOFactor+1e-9 {
+		t.Errorf("score's F_io %v for the bench's own configuration, over the %v the bench measured", got[0].FIO, sum.IOFactor)
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,11 +15,11 @@ import (
 
 // Offer is one way to rent GPUs, as written in offers.yaml.
 type Offer struct {
-	Name         string  `yaml:"name"`
-	GPU          string  `yaml:"gpu"`
-	Count        int     `yaml:"count"`
-	PricePerHour float64 `yaml:"price_per_hour"`
-	Spot         bool    `yaml:"spot"`
+	Name         string     `yaml:"name"`
+	GPU          string     `yaml:"gpu"`
+	Count        WholeCount `yaml:"count"`
+	PricePerHour float64    `yaml:"price_per_hour"`
+	Spot         bool       `yaml:"spot"`
 	// PreemptionsPerHour is p: expected preemptions per hour (0 on demand).
 	PreemptionsPerHour float64 `yaml:"preemptions_per_hour"`
 	// CheckpointIntervalH is t, hours between checkpoints; CheckpointWriteS
@@ -38,6 +39,19 @@ type Offer struct {
 	// BenchPath picks the bench result path that models this offer's storage.
 	BenchPath string `yaml:"bench_path"`
 	Notes     string `yaml:"notes"`
+}
+
+// WholeCount is a count of GPUs: YAML would read 1.5 into an int as 1.
+type WholeCount int
+
+// UnmarshalYAML refuses a count that is not a whole number.
+func (c *WholeCount) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if n.Tag != "!!int" || n.Decode(&v) != nil {
+		return fmt.Errorf("line %d: count %s: want a whole number of GPUs", n.Line, n.Value)
+	}
+	*c = WholeCount(v)
+	return nil
 }
 
 // Offers is an offers.yaml file.
@@ -60,10 +74,15 @@ func LoadOffers(r io.Reader) (Offers, error) {
 	if len(o.Offers) == 0 {
 		return Offers{}, errors.New("offers: no offers")
 	}
+	seen := map[string]bool{}
 	for i, of := range o.Offers {
-		if of.Name == "" {
+		if strings.TrimSpace(of.Name) == "" {
 			return Offers{}, fmt.Errorf("offers: offer %d has no name", i+1)
 		}
+		if seen[of.Name] { // the ranking would show two rows no one can tell apart
+			return Offers{}, fmt.Errorf("offers: the name %q is given to two offers", of.Name)
+		}
+		seen[of.Name] = true
 		if err := of.check(); err != nil {
 			return Offers{}, fmt.Errorf("offers: %q: %w", of.Name, err)
 		}
@@ -99,8 +118,14 @@ func (o Offer) check() error {
 			return fmt.Errorf("%s %v: want 0 or more", f.name, f.v)
 		}
 	}
-	if o.PreemptionsPerHour > 0 && o.CheckpointIntervalH <= 0 {
+	switch {
+	case o.PreemptionsPerHour > 0 && o.CheckpointIntervalH <= 0:
 		return errors.New("preemptions_per_hour needs checkpoint_interval_h")
+	case o.CheckpointWriteS > 0 && o.CheckpointIntervalH <= 0:
+		return errors.New("checkpoint_write_s needs checkpoint_interval_h (a checkpoint's cost is d/t)")
+	case o.Spot && o.PreemptionsPerHour == 0:
+		// Else it would rank as an on-demand offer at the spot price.
+		return errors.New("spot: true needs preemptions_per_hour, the preemptions expected per hour")
 	}
 	return nil
 }
@@ -130,6 +155,8 @@ type ScoreInput struct {
 	Epochs, ColdEpochs int
 	// Samples per epoch (default: the bench's, else ImageNet-1K's 1,281,167).
 	Samples int64
+	// SamplesFrom says where Resolved took Samples from ("" when given).
+	SamplesFrom string
 }
 
 // OfferScore is an offer with every formula value that ranked it. Times
@@ -149,7 +176,10 @@ type OfferScore struct {
 	CostPerEpoch, CostPer1M float64
 	// SamplesPerCurrency is the score: samples per currency unit.
 	SamplesPerCurrency float64
-	Rank               int
+	// JobH and JobCost are the training job's E epochs: E*N / X_eff, in
+	// hours and in the offers' currency.
+	JobH, JobCost float64
+	Rank          int
 }
 
 // Usable reports whether the offer makes progress at all: with X_eff = 0
@@ -183,7 +213,7 @@ const imagenet1kSamples = 1281167
 
 // Resolved fills the defaults Score uses: E from the bench (else 1), k
 // within [0, E] as given (0: no cold epoch), and the samples per epoch from
-// the bench's first path (else ImageNet-1K).
+// the bench path that offers without their own use (else ImageNet-1K).
 func (in ScoreInput) Resolved() ScoreInput {
 	if in.Epochs <= 0 {
 		in.Epochs = 1
@@ -193,9 +223,11 @@ func (in ScoreInput) Resolved() ScoreInput {
 	}
 	in.ColdEpochs = min(max(in.ColdEpochs, 0), in.Epochs)
 	if in.Samples <= 0 {
-		in.Samples = imagenet1kSamples
-		if in.Bench != nil && len(in.Bench.Paths) > 0 {
-			in.Samples = int64(in.Bench.Paths[0].Files)
+		in.Samples, in.SamplesFrom = imagenet1kSamples, "ImageNet-1K's"
+		if in.Bench != nil {
+			if p, err := benchPath(in.Bench, in.BenchPath); err == nil {
+				in.Samples, in.SamplesFrom = int64(p.Files), "the bench's file count"
+			}
 		}
 	}
 	return in
@@ -216,11 +248,11 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 		s.XCompute = float64(o.Count) / perSample
 		s.TCompute = float64(in.Samples) / s.XCompute
 		s.TCold, s.TWarm = s.TCompute, s.TCompute
-		switch {
-		case in.IOFactor > 0:
-			s.FIO, s.FIOSource = min(1, in.IOFactor), "--io-factor"
+		switch { // the offer's own figure first: it is the most specific
 		case o.IOFactor != nil:
 			s.FIO, s.FIOSource = *o.IOFactor, "offer"
+		case in.IOFactor > 0:
+			s.FIO, s.FIOSource = min(1, in.IOFactor), "--io-factor"
 		case in.Bench != nil:
 			name := o.BenchPath
 			if name == "" {
@@ -230,12 +262,7 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 			if err != nil {
 				return nil, fmt.Errorf("score: %q: %w", o.Name, err)
 			}
-			// The bench's loader time per sample, scaled to this epoch:
-			// an epoch takes the longer of its compute and its I/O.
-			n := float64(max(pr.Summary.SamplesPerEpoch, 1))
-			ioCold := pr.Summary.TIOColdS / n * float64(in.Samples)
-			ioWarm := pr.Summary.TIOWarmS / n * float64(in.Samples)
-			s.TCold, s.TWarm = max(s.TCompute, ioCold), max(s.TCompute, ioWarm)
+			s.TCold, s.TWarm = epochModel(pr.Summary, s.TCompute, in.Samples)
 			s.FIO, s.FIOSource = IOFactor(in.Epochs, in.ColdEpochs, s.TCompute, s.TCold, s.TWarm), pr.Path
 			if len(pr.Epochs) == 1 { // its summary repeats the cold epoch as the warm one
 				s.FIOSource += ", no warm epoch: warm taken as cold"
@@ -253,6 +280,11 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 			s.CostPer1M = CostPerMillion(o.PricePerHour, s.XEff)
 			s.CostPerEpoch = o.PricePerHour * float64(in.Samples) / s.XEff / 3600
 			s.SamplesPerCurrency = 3600 * s.XEff / o.PricePerHour
+			s.JobH = float64(in.Epochs) * float64(in.Samples) / s.XEff / 3600
+			s.JobCost = s.JobH * o.PricePerHour
+			if math.IsInf(s.SamplesPerCurrency, 0) || math.IsInf(s.JobH, 0) {
+				return nil, fmt.Errorf("score: %q: price_per_hour %v and X_eff %v give no finite cost", o.Name, o.PricePerHour, s.XEff)
+			}
 		}
 		out = append(out, s)
 	}
@@ -268,45 +300,87 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 	return out, nil
 }
 
+// epochModel is an offer's cold and warm epoch time, for samples per epoch
+// and the offer's own compute time tCompute, from a bench path's summary.
+// An epoch takes the longer of its compute and its reads (the bench's read
+// time per sample, scaled), plus what the bench's epoch lost beyond that:
+// its first batch, and the overlap loss, how much longer the bench's steps
+// took than the longer of its own compute and reads (waits at the step
+// barrier for slow files, a full prefetch window), per sample. So an offer
+// like the bench's own configuration gets the epoch the bench measured,
+// less the emulation's sleep overshoot.
+func epochModel(b Summary, tCompute float64, samples int64) (cold, warm float64) {
+	perSample := float64(samples) / float64(b.SamplesPerEpoch)
+	model := func(first, io, stall float64) float64 {
+		loss := max(0, b.TComputeS+stall-max(b.TComputeS, io))
+		return first + max(tCompute, io*perSample) + loss*perSample
+	}
+	return model(b.TFirstBatchColdS, b.TIOColdS, b.TStallColdS), model(b.TFirstBatchWarmS, b.TIOWarmS, b.TStallWarmS)
+}
+
 func benchPath(r *Result, name string) (PathResult, error) {
 	if len(r.Paths) == 0 {
 		return PathResult{}, errors.New("bench result has no paths")
 	}
 	if name == "" {
-		return r.Paths[0], nil
+		return checkedPath(r.Paths[0])
 	}
 	var names []string
 	for _, p := range r.Paths {
 		if p.Path == name {
-			return p, nil
+			return checkedPath(p)
 		}
 		names = append(names, p.Path)
 	}
 	return PathResult{}, fmt.Errorf("bench path %q not in the result (have %s)", name, strings.Join(names, ", "))
 }
 
+// checkedPath refuses a path whose summary the model cannot use: one with
+// no epoch would score as perfect storage.
+func checkedPath(p PathResult) (PathResult, error) {
+	s := p.Summary
+	if s.SamplesPerEpoch <= 0 {
+		return PathResult{}, fmt.Errorf("bench path %q has no measured epoch", p.Path)
+	}
+	for _, v := range []float64{s.TComputeS, s.TIOColdS, s.TIOWarmS, s.TFirstBatchColdS, s.TFirstBatchWarmS, s.TStallColdS, s.TStallWarmS} {
+		if !(v >= 0) || math.IsInf(v, 1) {
+			return PathResult{}, fmt.Errorf("bench path %q: a time of %v in its summary: want 0 or more", p.Path, v)
+		}
+	}
+	return p, nil
+}
+
 // WriteScoreTable prints the ranking and, below it, each offer's formula values.
-func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, epochs, cold int, samples int64) error {
+func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, in ScoreInput) error {
 	ew := &errWriter{w: w}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "rank\toffer\tGPUs\t%s/h\tspot\tX_compute/s\tF_io\tg\tX_eff/s\t%s/epoch\t%s/1M samples\tsamples/%s\t\n", currency, currency, currency, currency)
+	fmt.Fprintf(tw, "rank\toffer\tGPUs\t%s/h\tspot\tX_compute/s\tF_io\tg\tX_eff/s\t%s/epoch\t%s/1M samples\tsamples/%s\tjob h\tjob %s\t\n",
+		currency, currency, currency, currency, currency)
 	for _, s := range scores {
 		spot := "no"
 		if s.Spot {
 			spot = "yes"
 		}
 		// No cost for an offer that makes no progress: a 0 would read as free.
-		perEpoch, per1M, perUnit := "-", "-", "-"
+		perEpoch, per1M, perUnit, jobH, job := "-", "-", "-", "-", "-"
 		if s.Usable() {
-			perEpoch, per1M, perUnit = fmt.Sprintf("%.4g", s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
+			perEpoch, per1M, perUnit = costText(s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
+			jobH, job = fmt.Sprintf("%.1f", s.JobH), costText(s.JobCost)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t\n", s.Rank, s.Name, s.Count, s.GPU,
-			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, perEpoch, per1M, perUnit)
+		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", s.Rank, s.Name, s.Count, s.GPU,
+			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, perEpoch, per1M, perUnit, jobH, job)
 	}
 	tw.Flush()
-	fmt.Fprintf(ew, "\nformulas (E = %d epochs, k = %d cold, N = %d samples/epoch):\n", epochs, cold, samples)
+	from := ""
+	if in.SamplesFrom != "" {
+		from = ": " + in.SamplesFrom + "; --samples gives the training job's"
+	}
+	fmt.Fprintf(ew, "\nformulas (E = %d epochs, k = %d cold, N = %d samples/epoch%s):\n", in.Epochs, in.ColdEpochs, in.Samples, from)
 	fmt.Fprintln(ew, "  F_io = E*T_compute / (k*T_cold + (E-k)*T_warm)    g = 1 - d/t - p*(R + t/2)")
-	fmt.Fprintln(ew, "  X_eff = X_compute * F_io * g    cost/1M = P_hour*1e6 / (3600*X_eff)")
+	if in.Bench != nil {
+		fmt.Fprintln(ew, "  T_cold, T_warm = first batch + max(T_compute, T_io) + the bench's overlap loss (from its stalls)")
+	}
+	fmt.Fprintln(ew, "  X_eff = X_compute * F_io * g    cost/1M = P_hour*1e6 / (3600*X_eff)    job = E*N / X_eff")
 	for _, s := range scores {
 		name := s.Name
 		if !s.Usable() {
@@ -317,4 +391,76 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, epochs, 
 			s.CheckpointWriteS, s.CheckpointIntervalH, s.PreemptionsPerHour, s.RestartH, s.Goodput)
 	}
 	return ew.err
+}
+
+// costText shows a cost with cents below 100 and in whole units above,
+// never in exponent form.
+func costText(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ScoreSchemaVersion is the version of score's JSON; it changes when a key
+// is renamed or removed.
+const ScoreSchemaVersion = 1
+
+type scoreJSON struct {
+	Version         int        `json:"version"`
+	Currency        string     `json:"currency"`
+	Epochs          int        `json:"epochs"`
+	ColdEpochs      int        `json:"cold_epochs"`
+	SamplesPerEpoch int64      `json:"samples_per_epoch"`
+	SamplesFrom     string     `json:"samples_from,omitempty"`
+	Offers          []scoreRow `json:"offers"`
+}
+
+// scoreRow is one offer in the JSON. The costs are null for an offer that
+// makes no progress (usable false): a 0 would read as free.
+type scoreRow struct {
+	Rank               int      `json:"rank"`
+	Name               string   `json:"name"`
+	GPU                string   `json:"gpu"`
+	Count              int      `json:"count"`
+	PricePerHour       float64  `json:"price_per_hour"`
+	Spot               bool     `json:"spot"`
+	XComputePerS       float64  `json:"x_compute_per_s"`
+	TComputeS          float64  `json:"t_compute_s"`
+	TColdS             float64  `json:"t_cold_s"`
+	TWarmS             float64  `json:"t_warm_s"`
+	FIO                float64  `json:"f_io"`
+	FIOSource          string   `json:"f_io_source"`
+	RestartH           float64  `json:"restart_h"`
+	Goodput            float64  `json:"goodput"`
+	XEffPerS           float64  `json:"x_eff_per_s"`
+	Usable             bool     `json:"usable"`
+	CostPerEpoch       *float64 `json:"cost_per_epoch"`
+	CostPer1M          *float64 `json:"cost_per_1m_samples"`
+	SamplesPerCurrency *float64 `json:"samples_per_currency"`
+	JobH               *float64 `json:"job_h"`
+	JobCost            *float64 `json:"job_cost"`
+}
+
+// WriteScoreJSON writes the ranking as JSON, in rank order, with every
+// formula value of each offer.
+func WriteScoreJSON(w io.Writer, scores []OfferScore, currency string, in ScoreInput) error {
+	out := scoreJSON{Version: ScoreSchemaVersion, Currency: currency, Epochs: in.Epochs, ColdEpochs: in.ColdEpochs,
+		SamplesPerEpoch: in.Samples, SamplesFrom: in.SamplesFrom, Offers: []scoreRow{}}
+	for _, s := range scores {
+		r := scoreRow{Rank: s.Rank, Name: s.Name, GPU: s.GPU, Count: int(s.Count), PricePerHour: s.PricePerHour, Spot: s.Spot,
+			XComputePerS: s.XCompute, TComputeS: s.TCompute, TColdS: s.TCold, TWarmS: s.TWarm, FIO: s.FIO, FIOSource: s.FIOSource,
+			RestartH: s.RestartH, Goodput: s.Goodput, XEffPerS: s.XEff, Usable: s.Usable()}
+		if r.Usable {
+			r.CostPerEpoch, r.CostPer1M, r.SamplesPerCurrency = &s.CostPerEpoch, &s.CostPer1M, &s.SamplesPerCurrency
+			r.JobH, r.JobCost = &s.JobH, &s.JobCost
+		}
+		out.Offers = append(out.Offers, r)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("write score json: %w", err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"os"
 	"strings"
@@ -186,7 +187,7 @@ func TestExampleOffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := WriteScoreTable(&out, scores, offers.Currency, 90, 1, 1281167); err != nil {
+	if err := WriteScoreTable(&out, scores, offers.Currency, ScoreInput{Epochs: 90, ColdEpochs: 1, Samples: 1281167}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"F_io = E*T_compute", "8x H800 RoCE", "USD/1M samples"} {
@@ -203,6 +204,11 @@ func TestLoadOffersRejects(t *testing.T) {
 		{"unknown profile", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: tpu}\n", "profile"},
 		{"preemption without checkpoints", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, preemptions_per_hour: 0.1}\n", "checkpoint_interval_h"},
 		{"no offers", "currency: EUR\n", "no offers"},
+		{"a count of 1.5", "offers:\n- {name: a, count: 1.5, price_per_hour: 1, profile: resnet50-a100}\n", "line 2: count 1.5: want a whole number"},
+		{"a blank name", "offers:\n- {name: ' ', count: 1, price_per_hour: 1, profile: resnet50-a100}\n", "offer 1 has no name"},
+		{"a name twice", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100}\n- {name: a, count: 2, price_per_hour: 2, profile: resnet50-a100}\n", `the name "a" is given to two offers`},
+		{"checkpoint cost without interval", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, checkpoint_write_s: 600}\n", "checkpoint_write_s needs checkpoint_interval_h"},
+		{"spot without preemptions", "offers:\n- {name: a, count: 1, price_per_hour: 1, profile: resnet50-a100, spot: true}\n", "spot: true needs preemptions_per_hour"},
 		{"empty file", "", "offers: the file is empty"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -252,7 +258,8 @@ func TestScoreUnusableOffer(t *testing.T) {
 			scores[0].Name, scores[0].Usable(), scores[1].Name, scores[1].Usable())
 	}
 	var out bytes.Buffer
-	if err := WriteScoreTable(&out, scores, "USD", 90, 1, 1281167); err != nil {
+	in := ScoreInput{Epochs: 90, ColdEpochs: 1, Samples: 1281167}
+	if err := WriteScoreTable(&out, scores, "USD", in); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(out.String(), "\n") {
@@ -260,9 +267,34 @@ func TestScoreUnusableOffer(t *testing.T) {
 			continue
 		}
 		f := strings.Fields(l)
-		if got := strings.Join(f[len(f)-3:], " "); got != "- - -" {
-			t.Errorf("unusable offer's costs and score %q, want - - -:\n%s", got, out.String())
+		if got := strings.Join(f[len(f)-5:], " "); got != "- - - - -" {
+			t.Errorf("unusable offer's costs, score and job %q, want - - - - -:\n%s", got, out.String())
 		}
+	}
+	var js bytes.Buffer
+	if err := WriteScoreJSON(&js, scores, "USD", in); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Version int `json:"version"`
+		Offers  []struct {
+			Name      string   `json:"name"`
+			Usable    bool     `json:"usable"`
+			CostPer1M *float64 `json:"cost_per_1m_samples"`
+			JobH      *float64 `json:"job_h"`
+		} `json:"offers"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Version != ScoreSchemaVersion || len(back.Offers) != 2 {
+		t.Fatalf("JSON version %d with %d offers:\n%s", back.Version, len(back.Offers), js.String())
+	}
+	if o := back.Offers[1]; o.Name != "always preempted" || o.Usable || o.CostPer1M != nil || o.JobH != nil {
+		t.Errorf("unusable offer in JSON %+v: want usable false and null costs", o)
+	}
+	if o := back.Offers[0]; !o.Usable || o.CostPer1M == nil || !near(*o.CostPer1M, scores[0].CostPer1M, 1e-12) || o.JobH == nil || !near(*o.JobH, scores[0].JobH, 1e-12) {
+		t.Errorf("usable offer in JSON %+v: want its cost per 1M %v and job hours %v", o, scores[0].CostPer1M, scores[0].JobH)
 	}
 	if !strings.Contains(out.String(), "always preempted: unusable") {
 		t.Errorf("the formulas do not say why the offer is unusable:\n%s", out.String())
@@ -309,3 +341,104 @@ func TestLoadOffersRejectsValues(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// A result written before epochs had stall_s scores with each epoch's wall
+// time less its first batch and compute as the stall; one that has it keeps
+// it, 0 included.
+func TestReadResultWithoutStall(t *testing.T) {
+	for _, c := range []struct {
+		name, stall string
+		want        float64
+	}{
+		{"written before stall_s", ``, 3},
+		{"stall_s 0", `"stall_s": 0,`, 0},
+		{"stall_s 2", `"stall_s": 2,`, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			js := `{"version": 1, "paths": [{"path": "p", "files": 100, "epochs": [{"epoch": 1, ` + c.stall +
+				` "wall_s": 10, "samples": 100, "time_to_first_batch_s": 1, "compute_s": 6, "io_time_s": 4}],
+				"summary": {"samples_per_epoch": 100, "t_cold_s": 10, "t_warm_s": 10, "t_compute_s": 6, "t_io_cold_s": 4, "t_io_warm_s": 4}}]}`
+			res, err := ReadResult(strings.NewReader(js))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Paths[0]
+			if p.Epochs[0].StallS != c.want {
+				t.Errorf("epoch stall %v s, want %v", p.Epochs[0].StallS, c.want)
+			}
+			if c.stall == "" && (p.Summary.TStallColdS != c.want || p.Summary.TFirstBatchColdS != 1 || p.Summary.SamplesPerEpoch != 100) {
+				t.Errorf("summary %+v: want it made again from the epoch", p.Summary)
+			}
+		})
+	}
+}
+
+// A bench path the model cannot use is refused, not scored as perfect
+// storage.
+func TestScoreRefusesEmptyBenchPath(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sum  Summary
+		want string
+	}{
+		{"no epoch", Summary{}, "no measured epoch"},
+		{"negative read time", Summary{SamplesPerEpoch: 10, TIOColdS: -1}, "want 0 or more"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bench := &Result{Version: SchemaVersion, Paths: []PathResult{{Path: "p", Summary: c.sum}}}
+			_, err := Score(ScoreInput{Offers: []Offer{{Name: "x", Count: 1, PricePerHour: 1, ComputePerSampleS: 0.001}}, Bench: bench})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want one saying %q", err, c.want)
+			}
+		})
+	}
+}
+
+// An offer's own io_factor is more specific than --io-factor, which is for
+// the offers without one; the job takes E*N / X_eff.
+func TestScoreOfferIOFactorFirst(t *testing.T) {
+	own := 0.5
+	offers := []Offer{
+		{Name: "own", Count: 1, PricePerHour: 2, ComputePerSampleS: 0.001, IOFactor: &own},
+		{Name: "flag", Count: 1, PricePerHour: 2, ComputePerSampleS: 0.001},
+	}
+	got, err := Score(ScoreInput{Offers: offers, IOFactor: 0.8, Epochs: 10, Samples: 36000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fio := map[string]float64{}
+	for _, s := range got {
+		fio[s.Name] = s.FIO
+		// X_eff = 1000 * F_io samples/s; 10 epochs of 36,000 samples.
+		if want := 10 * 36000 / (1000 * s.FIO) / 3600; !near(s.JobH, want, 1e-12) || !near(s.JobCost, 2*want, 1e-12) {
+			t.Errorf("%s: job %v h, %v; want %v h, %v", s.Name, s.JobH, s.JobCost, want, 2*want)
+		}
+	}
+	if fio["own"] != 0.5 || fio["flag"] != 0.8 {
+		t.Errorf("F_io own %v, flag %v; want 0.5 (the offer's) and 0.8 (--io-factor)", fio["own"], fio["flag"])
+	}
+}
+
+// Without --samples the table says N is the bench's file count, from the
+// path the offers use, not the bench's first.
+func TestScoreSamplesFromTheBenchPath(t *testing.T) {
+	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
+		{Path: "first", Files: 100, Summary: Summary{SamplesPerEpoch: 100, TIOColdS: 1, TIOWarmS: 1}},
+		{Path: "used", Files: 4000, Summary: Summary{SamplesPerEpoch: 4000, TIOColdS: 1, TIOWarmS: 1}},
+	}}
+	in := ScoreInput{Offers: []Offer{{Name: "x", Count: 1, PricePerHour: 1, ComputePerSampleS: 0.001}}, Bench: bench, BenchPath: "used"}.Resolved()
+	if in.Samples != 4000 || in.SamplesFrom == "" {
+		t.Fatalf("N %d from %q, want 4000 from the bench", in.Samples, in.SamplesFrom)
+	}
+	scores, err := Score(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := WriteScoreTable(&out, scores, "USD", in); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "N = 4000 samples/epoch: the bench's file count; --samples gives the training job's") {
+		t.Errorf("the table does not say where N comes from:\n%s", out.String())
+	}
+}

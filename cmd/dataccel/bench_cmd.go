@@ -255,11 +255,11 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 				return usageError{fmt.Errorf("--target-au %v: want a share in (0, 1]", cfg.TargetAU)}
 			}
 			if bandwidth != "" {
-				b, err := humanize.ParseBytes(strings.TrimSuffix(bandwidth, "/s"))
+				b, err := parseBandwidth(bandwidth)
 				if err != nil {
-					return usageError{fmt.Errorf("--bandwidth %q: want bytes per second such as 1.2GB or 500MiB", bandwidth)}
+					return usageError{fmt.Errorf("--bandwidth %q: %w", bandwidth, err)}
 				}
-				cfg.Bandwidth = float64(b)
+				cfg.Bandwidth = b
 			}
 			if filesFrom != "" {
 				f, err := os.Open(filesFrom)
@@ -322,10 +322,12 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 				sources = append(sources, benchSource(st, prefix, a, s3f))
 			}
 			res, err := bench.Run(ctx, cfg, sources...)
-			if err != nil {
-				// A run stopped mid-way still shows the epochs it
-				// completed; its files are not written, so that no
-				// partial result passes for a whole one.
+			// A run stopped mid-way still shows the epochs it completed;
+			// its files are written only when every epoch completed (the
+			// search for the most accelerators, which comes after them,
+			// failed or was stopped), so that no partial result passes
+			// for a whole one.
+			if err != nil && (res == nil || res.Epochs() < cfg.Epochs*len(sources)) {
 				if res != nil && res.Epochs() > 0 {
 					if terr := res.WriteTable(cmd.OutOrStdout()); terr != nil {
 						return errors.Join(err, terr)
@@ -335,10 +337,13 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 			}
 			// The tables first, and each output whatever became of the
 			// others: one that fails loses nothing else.
-			werr := res.WriteTable(cmd.OutOrStdout())
+			werr := errors.Join(err, res.WriteTable(cmd.OutOrStdout()))
 			written = true
 			for _, o := range outputs {
 				werr = errors.Join(werr, writeFile(o.path, func(w io.Writer) error { return o.write(res, w) }))
+			}
+			if err != nil && len(outputs) > 0 {
+				logger.Warn("every epoch completed and its results are written; the search for the most accelerators did not finish")
 			}
 			return werr
 		},
@@ -362,7 +367,7 @@ and the physical bounds (bytes/bandwidth, files x RTT/concurrency).`,
 	fl.BoolVar(&cfg.PythonOpen, "python-open", false, "open files of directory paths as Python's open() does before 3.14: each open also asks isatty() (ioctl TCGETS), which costs a FUSE mount one request per file")
 	fl.BoolVar(&cfg.Announce, "announce", false, "write each epoch's order to the dataccel mount's "+bench.ControlFile+" before the epoch")
 	fl.DurationVar(&cfg.RTT, "rtt", 0, "store round-trip time for the bounds (default: probed from an s3:// path)")
-	fl.StringVar(&bandwidth, "bandwidth", "", "store bandwidth for the bounds, bytes/s such as 1.2GB (default: probed from an s3:// path)")
+	fl.StringVar(&bandwidth, "bandwidth", "", "store bandwidth for the bounds, bytes/s such as 1.2GB or bits/s such as 25Gbit (default: probed from an s3:// path)")
 	fl.Float64Var(&cfg.RequestRate, "request-rate", 0, "store request rate limit for the bounds, requests/s (0: not a bound)")
 	fl.BoolVar(&noProbe, "no-probe", false, "do not probe RTT and bandwidth from an s3:// path")
 	fl.StringVar(&jsonFile, "json", "", "write the result as JSON to this file")
@@ -378,6 +383,33 @@ type benchOutput struct {
 	flag, path string
 	write      func(*bench.Result, io.Writer) error
 	remove     func()
+}
+
+// parseBandwidth reads bytes per second (1.2GB, 500MiB, with or without
+// "/s") or bits per second (25Gbit, 10Gbps), as NICs are quoted. A unit
+// in a lower-case b alone (25Gb) is refused: read as bytes it would be 8
+// times what a NIC of that name carries.
+func parseBandwidth(s string) (float64, error) {
+	const want = "want bytes per second such as 1.2GB or 500MiB, or bits per second such as 25Gbit"
+	v := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	lower := strings.ToLower(v)
+	for _, unit := range []string{"bits", "bit", "bps"} {
+		if strings.HasSuffix(lower, unit) {
+			b, err := humanize.ParseBytes(v[:len(v)-len(unit)])
+			if err != nil || b == 0 {
+				return 0, errors.New(want)
+			}
+			return float64(b) / 8, nil
+		}
+	}
+	if strings.HasSuffix(v, "b") {
+		return 0, errors.New("a unit in a lower-case b is ambiguous: write B for bytes (25GB) or bit for bits (25Gbit)")
+	}
+	b, err := humanize.ParseBytes(v)
+	if err != nil || b == 0 {
+		return 0, errors.New(want)
+	}
+	return float64(b), nil
 }
 
 // checkOutput makes sure path can be written by opening it for writing,
@@ -446,8 +478,8 @@ func newBenchCompareReportCmd() *cobra.Command {
 // newScoreCmd is `dataccel score`.
 func newScoreCmd() *cobra.Command {
 	var (
-		benchFile, offersFile, benchPath string
-		in                               bench.ScoreInput
+		benchFile, offersFile, benchPath, jsonFile string
+		in                                         bench.ScoreInput
 	)
 	cmd := &cobra.Command{
 		Use:   "score --offers offers.yaml (--bench result.json | --io-factor F)",
@@ -500,13 +532,20 @@ See bench/README.md and bench/offers.example.yaml.`,
 			if err != nil {
 				return err
 			}
-			return bench.WriteScoreTable(cmd.OutOrStdout(), scores, offers.Currency, in.Epochs, in.ColdEpochs, in.Samples)
+			werr := bench.WriteScoreTable(cmd.OutOrStdout(), scores, offers.Currency, in)
+			if jsonFile != "" {
+				werr = errors.Join(werr, writeFile(jsonFile, func(w io.Writer) error {
+					return bench.WriteScoreJSON(w, scores, offers.Currency, in)
+				}))
+			}
+			return werr
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&benchFile, "bench", "", "bench result (bench run --json)")
 	fl.StringVar(&offersFile, "offers", "", "offers file (see bench/offers.example.yaml)")
 	fl.StringVar(&benchPath, "path", "", "bench path that models the storage of offers without bench_path (default: the first)")
+	fl.StringVar(&jsonFile, "json", "", "also write the ranking, with every formula value, as JSON to this file")
 	fl.Float64Var(&in.IOFactor, "io-factor", 0, "F_io for every offer, instead of a bench result")
 	fl.IntVar(&in.Epochs, "epochs", 90, "E: epochs of the training job")
 	fl.IntVar(&in.ColdEpochs, "cold-epochs", 1, "k: epochs that start with a cold cache (0: a cache warmed before the job)")

@@ -175,10 +175,14 @@ func TestBenchRunAbortKeepsEpochs(t *testing.T) {
 	// Epoch 1 reads the 20 objects; the 25th GET of an object, in epoch
 	// 2, stalls past --io-timeout and fails the run.
 	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "/" + st.Bucket() + "/ds/", Every: 25, Stall: time.Minute})
+	jf := filepath.Join(t.TempDir(), "r.json")
 	out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "s3://"+st.Bucket()+"/ds", "--batch", "4", "--epochs", "3",
-		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms")
+		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms", "--json", jf)
 	if code != 1 || !strings.Contains(out, "epoch 2:") || !strings.Contains(out, "T_cold") {
 		t.Fatalf("exit %d, want 1 with epoch 1's tables and epoch 2's error; output:\n%s", code, out)
+	}
+	if _, err := os.Stat(jf); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("--json of a run that stopped in its second epoch: %v, want no file (no partial result passes for a whole one)", err)
 	}
 	var epochRows int
 	for _, l := range strings.Split(out, "\n") {
@@ -188,6 +192,36 @@ func TestBenchRunAbortKeepsEpochs(t *testing.T) {
 	}
 	if epochRows != 1 {
 		t.Errorf("%d epoch rows, want 1 (the completed epoch); output:\n%s", epochRows, out)
+	}
+}
+
+// TestBenchRunFindMaxFailsAfterEpochs: every epoch completed, and the
+// search for the most accelerators after them failed: the epochs' results
+// are written anyway, beside the error, and say no search finished.
+func TestBenchRunFindMaxFailsAfterEpochs(t *testing.T) {
+	st := srv.NewBucket(t)
+	dataset(t, st, "ds/", 20, 4<<10)
+	fp := faultProxy(t)
+	// The epoch reads the 20 objects; the search's first trial stalls.
+	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "/" + st.Bucket() + "/ds/", Every: 25, Stall: time.Minute})
+	jf := filepath.Join(t.TempDir(), "r.json")
+	out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "s3://"+st.Bucket()+"/ds", "--batch", "4", "--epochs", "1",
+		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms",
+		"--find-max-accelerators", "--json", jf)
+	if code != 1 || !strings.Contains(out, "find max accelerators") || !strings.Contains(out, "results are written") {
+		t.Fatalf("exit %d, want 1 with the search's error and a word that the results are written; output:\n%s", code, out)
+	}
+	f, err := os.Open(jf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := bench.ReadResult(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Paths[0]; len(p.Epochs) != 1 || p.MaxAccelerators != nil || p.Summary.SamplesPerEpoch != 20 {
+		t.Errorf("result: %d epochs, max accelerators %+v, %d samples; want the 1 epoch of 20 and no search", len(p.Epochs), p.MaxAccelerators, p.Summary.SamplesPerEpoch)
 	}
 }
 
@@ -263,5 +297,32 @@ func TestBenchCountsFetches(t *testing.T) {
 				t.Errorf("the table has no fetched/read column:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestParseBandwidth: bytes or bits per second, as NICs are quoted; a
+// lower-case b alone would read a 25 Gbit/s NIC as 25 GB/s.
+func TestParseBandwidth(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+		err  string
+	}{
+		{"1.2GB", 1.2e9, ""},
+		{"500MiB/s", 500 << 20, ""},
+		{"25Gbit", 25e9 / 8, ""},
+		{"10Gbps", 10e9 / 8, ""},
+		{"100Mbit/s", 100e6 / 8, ""},
+		{"25Gb", 0, "ambiguous"},
+		{"0", 0, "want bytes per second"},
+		{"fast", 0, "want bytes per second"},
+	} {
+		got, err := parseBandwidth(c.in)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("parseBandwidth(%q) = %v, %v; want an error saying %q", c.in, got, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("parseBandwidth(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
 	}
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -434,9 +436,27 @@ func TestScoreUsageErrors(t *testing.T) {
 			t.Errorf("score %v: %v, want exit 2 saying %q; output:\n%s", tc.args, err, tc.wantMsg, out)
 		}
 	}
-	out, err := exec.Command(bin, "score", "--offers", offers, "--io-factor", "0.5", "--cold-epochs", "0").CombinedOutput()
+	jf := filepath.Join(t.TempDir(), "score.json")
+	out, err := exec.Command(bin, "score", "--offers", offers, "--io-factor", "0.5", "--cold-epochs", "0", "--json", jf).CombinedOutput()
 	if err != nil {
-		t.Errorf("score with a cache warmed before the job (--cold-epochs 0): %v\n%s", err, out)
+		t.Fatalf("score with a cache warmed before the job (--cold-epochs 0): %v\n%s", err, out)
+	}
+	// --json writes the ranking the table shows.
+	js, err := os.ReadFile(jf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranking struct {
+		Offers []struct {
+			Rank int    `json:"rank"`
+			Name string `json:"name"`
+		} `json:"offers"`
+	}
+	if err := json.Unmarshal(js, &ranking); err != nil || len(ranking.Offers) != 6 {
+		t.Fatalf("score --json: %v, %d offers, want the example's 6:\n%s", err, len(ranking.Offers), js)
+	}
+	if first := ranking.Offers[0]; first.Rank != 1 || !regexp.MustCompile(`(?m)^\s*1\s+`+regexp.QuoteMeta(first.Name)+`\s`).Match(out) {
+		t.Errorf("score --json ranks %q first (rank %d); the table:\n%s", first.Name, first.Rank, out)
 	}
 }
 
