@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,15 +376,47 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 		}
 		return d.NewInode(ctx, &dirNode{fsys: d.fsys, key: key}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Ino}), 0
 	}
-	d.fsys.fileAttr(e.obj, &out.Attr)
-	out.Ino = fileIno(e.obj)
+	obj, err := d.fsys.current(ctx, d.key, e.obj)
+	if err != nil {
+		return nil, d.fsys.fail("lookup", d.key+name, err)
+	}
+	d.fsys.fileAttr(obj, &out.Attr)
+	out.Ino = fileIno(obj)
 	if ch := d.GetChild(name); ch != nil {
-		if fn, isFile := ch.Operations().(*fileNode); isFile && fn.obj.ETag == e.obj.ETag {
+		if fn, isFile := ch.Operations().(*fileNode); isFile && fn.obj.ETag == obj.ETag {
 			return ch, 0
 		}
 	}
 	// A new version is a new inode; the old one lives on for open files.
-	return d.NewInode(ctx, d.fsys.newFileNode(e.obj), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
+	return d.NewInode(ctx, d.fsys.newFileNode(obj), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
+}
+
+// current is the version of a listed object a lookup hands out. A version
+// a read found changed or deleted after its listing was made is asked of
+// the store (HEAD) until the directory is listed again: otherwise a job
+// that opens the file again after ESTALE would get ESTALE for as long as
+// that LIST takes (a minute for a million files). The store's answer
+// stands until the relisting; when it cannot answer, the listed version
+// serves, its reads ESTALE as before.
+func (f *FS) current(ctx context.Context, dir string, obj store.Object) (store.Object, error) {
+	f.healMu.Lock()
+	since, stale := f.staleSince[fileIno(obj)]
+	f.healMu.Unlock()
+	if !stale {
+		return obj, nil
+	}
+	if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
+		return obj, nil // listed since it went stale: the store's last word
+	}
+	now, err := f.cfg.Store.Stat(ctx, obj.Key)
+	switch {
+	case errors.Is(err, store.ErrNotExist):
+		return store.Object{}, fmt.Errorf("%s: deleted since it was listed: %w", obj.Key, err)
+	case err != nil:
+		f.log.Debug("asking the store for a changed object failed; the listed version serves until its directory is listed again", "key", obj.Key, "err", err)
+		return obj, nil
+	}
+	return now, nil
 }
 
 func (d *dirNode) controlDir(ctx context.Context, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -596,7 +629,7 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 // ESTALE: no read mixes versions. One goroutine per directory at most
 // (heal), which takes the files that go stale while it runs too.
 func (f *FS) healStale(n *fileNode) {
-	dir, _ := splitKey(n.obj.Key)
+	dir, name := splitKey(n.obj.Key)
 	f.healMu.Lock()
 	if _, seen := f.staleSince[fileIno(n.obj)]; !seen {
 		if len(f.staleSince) >= staleVersions {
@@ -604,6 +637,10 @@ func (f *FS) healStale(n *fileNode) {
 			clear(f.disagreed)
 		}
 		f.staleSince[fileIno(n.obj)] = f.ns.now()
+		// The next open looks the name up, and current asks the store,
+		// without waiting for the relisting (heal's LIST, or one queued
+		// behind it).
+		f.entriesChanged(dir, []string{name})
 	}
 	queued, running := f.healing[dir]
 	if !running {
@@ -708,7 +745,7 @@ func (f *FS) heal(dir string) {
 		}
 		if disagree < len(nodes) {
 			f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
-				"dir", dir, "files", len(nodes)-disagree)
+				"dir", dir, "files", len(nodes)-disagree, "keys", someKeys(nodes, 5))
 		}
 		if due {
 			f.healLists <- struct{}{}
@@ -720,6 +757,8 @@ func (f *FS) heal(dir string) {
 				continue
 			}
 		}
+		// healStale dropped the entries; a lookup that raced it, before the
+		// version was marked stale, may have put the old version back.
 		for n := range nodes {
 			// A lookup since may have put the new version under the name
 			// (the old inode keeps its parent link): its entry stays.
@@ -732,6 +771,20 @@ func (f *FS) heal(dir string) {
 			}
 		}
 	}
+}
+
+// someKeys names up to limit of nodes' keys for a log line, and how many
+// more there are.
+func someKeys(nodes map[*fileNode]bool, limit int) string {
+	keys := make([]string, 0, len(nodes))
+	for n := range nodes {
+		keys = append(keys, n.obj.Key)
+	}
+	slices.Sort(keys)
+	if len(keys) <= limit {
+		return strings.Join(keys, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(keys[:limit], ", "), len(keys)-limit)
 }
 
 // listingShows says whether dir's listing, made before one of nodes was

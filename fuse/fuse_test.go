@@ -614,6 +614,67 @@ func TestChangedObjectHeals(t *testing.T) {
 	}
 }
 
+// heldLists holds every LIST while held is set: a directory whose listing
+// takes long (a million files take a minute).
+type heldLists struct {
+	store.Store
+	held atomic.Pointer[chan struct{}]
+}
+
+func (h *heldLists) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	if c := h.held.Load(); c != nil {
+		select {
+		case <-*c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.Store.List(ctx, prefix, recursive, fn)
+}
+
+// TestReopenAfterStaleWithoutRelisting: once a read found its object
+// changed or deleted, the next open gets the object as it is now (asked of
+// the store) at once, while the relisting of its directory is still under
+// way; it failed ESTALE, again and again, for as long as that LIST took.
+func TestReopenAfterStaleWithoutRelisting(t *testing.T) {
+	bucket := srv.NewBucket(t)
+	st := &heldLists{Store: bucket}
+	v1, v2 := []byte("version one"), []byte("the second version")
+	testenv.Put(t, bucket, "d/changed", v1)
+	testenv.Put(t, bucket, "d/deleted", v1)
+	mnt := mountT(t, st, "", time.Hour)
+	p := func(name string) string { return filepath.Join(mnt, "d", name) }
+	for _, name := range []string{"changed", "deleted"} {
+		if _, err := os.Stat(p(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := make(chan struct{})
+	st.held.Store(&hold)
+	t.Cleanup(func() { close(hold) })
+	testenv.Put(t, bucket, "d/changed", v2)
+	if err := bucket.Remove(context.Background(), "d/deleted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"changed", "deleted"} {
+		if _, err := os.ReadFile(p(name)); !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read of %s after the change: %v, want ESTALE", name, err)
+		}
+	}
+	// The heal drops the kernel's entries in the background.
+	waitFor(t, "the new version while d/ is being listed again", func() bool {
+		b, err := os.ReadFile(p("changed"))
+		if err != nil && !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read of changed: %v, want the new version (or ESTALE for a moment)", err)
+		}
+		return err == nil && bytes.Equal(b, v2)
+	})
+	waitFor(t, "the deleted object gone while d/ is being listed again", func() bool {
+		_, err := os.ReadFile(p("deleted"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
 // TestRelistDropsKernelEntries: a file whose bytes the kernel holds (read
 // once, then re-read from its page cache with no request) and whose object
 // is deleted stops opening once a relisting drops the name, though a
@@ -695,6 +756,9 @@ func TestHealBounded(t *testing.T) {
 	}
 	if n := strings.Count(out, "new opens get them as they are now"); n != 1 {
 		t.Errorf("%d lines saying new opens get the new version, want 1 (the first failure):\n%s", n, out)
+	}
+	if !strings.Contains(out, "keys=d/a") {
+		t.Errorf("the line about changed objects does not name them:\n%s", out)
 	}
 }
 
