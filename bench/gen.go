@@ -93,6 +93,10 @@ const (
 	ContentText = "text"
 )
 
+// MinFileSize is the smallest file Generate writes: a JPEG's header and
+// trailer, or a text record's head and tail, must fit in it.
+const MinFileSize = 64
+
 // GenPreset is a named dataset shape.
 type GenPreset struct {
 	Name           string
@@ -148,7 +152,7 @@ func (c GenConfig) Validate() error {
 	if c.Content != ContentJPEG && c.Content != ContentText {
 		return fmt.Errorf("gen: content %q: want %s or %s", c.Content, ContentJPEG, ContentText)
 	}
-	if c.MinSize > c.MaxSize || c.MinSize < 64 {
+	if c.MinSize > c.MaxSize || c.MinSize < MinFileSize {
 		return fmt.Errorf("gen: bad size bounds [%d, %d]", c.MinSize, c.MaxSize)
 	}
 	// Sizes are clamped to the bounds: a mean outside them would give a

@@ -143,11 +143,17 @@ func newBenchGenCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(presets, ", "))}
 				}
 			}
-			if cfg.Files <= 0 || cfg.Classes <= 0 {
-				return usageError{errors.New("-n and --classes must be positive")}
-			}
-			if cfg.Concurrency < 1 {
-				return usageError{fmt.Errorf("--concurrency %d: want at least 1", cfg.Concurrency)}
+			// Generate fills zero values with defaults: a value given must be
+			// one it takes as it is (a --max-size 0 would become 1 MB).
+			for _, c := range []struct {
+				flag   string
+				v, min int64
+			}{{"files", int64(cfg.Files), 1}, {"classes", int64(cfg.Classes), 1}, {"subdirs", int64(cfg.Subdirs), 0},
+				{"concurrency", int64(cfg.Concurrency), 1}, {"mean-size", cfg.MeanSize, bench.MinFileSize},
+				{"min-size", cfg.MinSize, bench.MinFileSize}, {"max-size", cfg.MaxSize, bench.MinFileSize}} {
+				if c.v < c.min {
+					return usageError{fmt.Errorf("--%s %d: want at least %d", c.flag, c.v, c.min)}
+				}
 			}
 			if err := cfg.Validate(); err != nil { // before the bucket is made
 				return usageError{err}

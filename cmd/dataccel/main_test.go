@@ -280,8 +280,10 @@ func TestCompareReport(t *testing.T) {
 	}
 }
 
-// TestBenchGenSizeErrors: sizes that cannot give the asked-for mix, or an
-// unknown content, are a usage error (exit 2) before anything is written or any bucket made.
+// TestBenchGenSizeErrors: sizes that cannot give the asked-for mix, a
+// count or size given as 0 (which Generate would take for its default), or
+// an unknown content, are a usage error (exit 2) naming the flag, before
+// anything is written or any bucket made.
 func TestBenchGenSizeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, wantMsg string
@@ -293,6 +295,14 @@ func TestBenchGenSizeErrors(t *testing.T) {
 		{"bounds crossed", "bad size bounds [5000, 4000]", []string{"--mean-size", "4500", "--min-size", "5000", "--max-size", "4000"}},
 		{"unknown content", `content "png": want jpeg or text`, []string{"--content", "png"}},
 		{"no uploads at a time", "--concurrency -5: want at least 1", []string{"--concurrency", "-5"}},
+		{"no smallest size", "--min-size 0: want at least 64", []string{"--min-size", "0", "--max-size", "10000", "--mean-size", "5000"}},
+		{"no largest size", "--max-size 0: want at least 64", []string{"--max-size", "0"}},
+		{"no mean size", "--mean-size 0: want at least 64", []string{"--mean-size", "0"}},
+		{"smallest size under a header", "--min-size 10: want at least 64", []string{"--min-size", "10"}},
+		{"negative size", "--max-size -1: want at least 64", []string{"--max-size", "-1"}},
+		{"no files", "--files 0: want at least 1", []string{"-n", "0"}},
+		{"no classes", "--classes 0: want at least 1", []string{"--classes", "0"}},
+		{"negative subdirectories", "--subdirs -1: want at least 0", []string{"--subdirs", "-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ds")
