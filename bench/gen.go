@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -180,6 +181,26 @@ func (c GenConfig) Plan() []GenFile {
 	}
 	sort.Slice(files, func(a, b int) bool { return files[a].Key < files[b].Key })
 	return files
+}
+
+// Unplanned returns the names of the files src holds that Generate with c
+// does not write, such as those of an earlier, larger run: a bench run over
+// src reads them beside the new ones. src names its files as bench run
+// sees them (hidden ones skipped), relative to c's prefix.
+func (c GenConfig) Unplanned(ctx context.Context, src Source) ([]string, error) {
+	files, err := src.Files(ctx)
+	if err != nil || len(files) == 0 {
+		return nil, err
+	}
+	c.Prefix = "" // src's names are relative to it
+	plan := c.Plan()
+	var extra []string
+	for _, f := range files {
+		if _, ok := slices.BinarySearchFunc(plan, f.Name, func(g GenFile, name string) int { return strings.Compare(g.Key, name) }); !ok {
+			extra = append(extra, f.Name)
+		}
+	}
+	return extra, nil
 }
 
 // key names file i like ImageNet: CLASS/CLASS_NUMBER.JPEG (.jsonl for

@@ -159,6 +159,10 @@ func newBenchGenCmd() *cobra.Command {
 				return usageError{err}
 			}
 			var dst bench.Putter = bench.DirPutter{Root: to}
+			var src bench.Source // what bench run would read at --to, if anything is there
+			if fi, err := os.Stat(to); err == nil && fi.IsDir() {
+				src = bench.DirSource{Root: to}
+			}
 			if strings.HasPrefix(to, "s3://") {
 				if err := s3f.validate(); err != nil {
 					return err
@@ -168,6 +172,19 @@ func newBenchGenCmd() *cobra.Command {
 					return err
 				}
 				cfg.Prefix, dst, cfg.PutTimeout = prefix, st, s3f.wait.io
+				src = benchSource(st, prefix, to, s3f)
+			}
+			// Files of an earlier run that this one does not overwrite stay,
+			// and bench run would read them with the new ones: say so, and
+			// delete nothing (they may be someone's data).
+			if src != nil {
+				switch extra, err := cfg.Unplanned(cmd.Context(), src); {
+				case err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: could not check --to %s for files of an earlier run: %v\n", to, err)
+				case len(extra) > 0:
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: --to %s already holds %d files this run does not write (such as %s): bench run would read them with the new ones; remove them or give another --to\n",
+						to, len(extra), extra[0])
+				}
 			}
 			res, err := bench.Generate(cmd.Context(), cfg, dst, benchProgress(quiet))
 			if err != nil {

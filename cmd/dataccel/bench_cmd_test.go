@@ -15,6 +15,7 @@ import (
 
 	"github.com/dataccel/dataccel/bench"
 	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
 )
 
 // runBench runs the binary with the test server's credentials and returns
@@ -123,6 +124,59 @@ func TestBenchStalledStore(t *testing.T) {
 			}
 			if code == 0 || !strings.Contains(out, tc.want) || took > 15*time.Second {
 				t.Fatalf("exit %d after %s, want a non-zero exit within seconds saying %q; output:\n%s", code, took.Round(time.Millisecond), tc.want, out)
+			}
+		})
+	}
+}
+
+// TestBenchGenWarnsOfEarlierFiles: gen into a directory or prefix that
+// holds files of an earlier, larger run warns that it leaves them (bench
+// run would read the mix) and deletes nothing; a run that writes every file
+// there, or files bench run skips (hidden ones), give no warning.
+func TestBenchGenWarnsOfEarlierFiles(t *testing.T) {
+	st := srv.NewBucket(t)
+	dir := filepath.Join(t.TempDir(), "ds")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, ".keep"), nil, 0o644)
+	for _, tc := range []struct {
+		name  string
+		to    string
+		extra []string
+		count func() int
+	}{
+		{"dir", dir, nil, func() int {
+			ents, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+			return len(ents)
+		}},
+		{"s3", "s3://" + st.Bucket() + "/ds", []string{"--endpoint", srv.Endpoint}, func() int {
+			n := 0
+			st.List(context.Background(), "ds/", true, func(store.Object) error { n++; return nil })
+			return n
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gen := func(files string) string {
+				t.Helper()
+				args := append([]string{"bench", "gen", "-q", "--to", tc.to, "-n", files, "--classes", "2",
+					"--min-size", "64", "--mean-size", "1000", "--max-size", "4000"}, tc.extra...)
+				out, code, _ := runBench(t, 30*time.Second, args...)
+				if code != 0 {
+					t.Fatalf("bench gen -n %s: exit %d; output:\n%s", files, code, out)
+				}
+				return out
+			}
+			const warn = "already holds 10 files this run does not write (such as n01440764/n01440764_5.JPEG)"
+			for _, step := range []struct {
+				files string
+				warn  bool
+			}{{"20", false}, {"10", true}, {"20", false}} {
+				out := gen(step.files)
+				if got := strings.Contains(out, "warning"); got != step.warn || step.warn && !strings.Contains(out, warn) {
+					t.Errorf("-n %s: warned %v, want %v saying %q; output:\n%s", step.files, got, step.warn, warn, out)
+				}
+			}
+			if n := tc.count(); n != 20 {
+				t.Errorf("%d files at --to, want the 20 generated (nothing deleted)", n)
 			}
 		})
 	}
