@@ -38,20 +38,21 @@ svg{display:block;margin:1em 0} .note{color:#555;font-size:.9em}
 `
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"sec":    fmtSec,
-	"mul100": func(v float64) float64 { return v * 100 },
+	"sec":     fmtSec,
+	"au":      fmtAU,
+	"profile": ResultConfig.profile,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dataccel bench report</title>
 <style>
 ` + pageStyle + `</style></head><body>
 <h1>dataccel bench report</h1>
-<p class="note">Started {{.R.Started.Format "2006-01-02 15:04:05 UTC"}}; profile {{.R.Config.Profile}},
+<p class="note">Started {{.R.Started.Format "2006-01-02 15:04:05 UTC"}}; profile {{profile .R.Config}},
 {{.R.Config.Accelerators}} accelerator(s), {{.R.Config.Workers}} workers each, batch {{.R.Config.Batch}}, {{.R.Config.Epochs}} epoch(s), order {{.R.Config.Order}}.
 AU = compute time / wall time from the end of the first step. Bounds: bytes / bandwidth and files x RTT / readers ({{.R.Probe.Source}}).</p>
 <h2>Epochs</h2>
 <table><tr><th>path</th><th>epoch</th><th>wall</th><th>samples/s</th><th>MB/s</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>first batch</th><th>AU</th></tr>
 {{range .R.Paths}}{{$p := .Path}}{{range .Epochs}}<tr><td>{{$p}}</td><td>{{.Epoch}}</td><td>{{sec .WallS}}</td><td>{{printf "%.0f" .SamplesPerS}}</td><td>{{printf "%.1f" .MBPerS}}</td>
-<td>{{sec .Latency.P50}}</td><td>{{sec .Latency.P90}}</td><td>{{sec .Latency.P99}}</td><td>{{sec .Latency.P999}}</td><td>{{sec .TimeToFirstBatchS}}</td><td>{{printf "%.1f%%" (mul100 .AU)}}</td></tr>
+<td>{{sec .Latency.P50}}</td><td>{{sec .Latency.P90}}</td><td>{{sec .Latency.P99}}</td><td>{{sec .Latency.P999}}</td><td>{{sec .TimeToFirstBatchS}}</td><td>{{au .AU .Steps}}</td></tr>
 {{end}}{{end}}</table>
 <h2>Epoch time per path</h2>
 {{.EpochChart}}
@@ -139,7 +140,8 @@ func pathNames(r *Result) []string {
 	return n
 }
 
-// barChart draws grouped bars: one group per epoch, one bar per path.
+// barChart draws grouped bars: one group per epoch, one bar per path; a
+// NaN value (nothing measured) draws none, where a 0 would read as one.
 func barChart(r *Result, id, title string, value func(EpochResult) float64, top float64, label func(float64) string, mark float64) template.HTML {
 	var b svgBuf
 	b.open(title)
@@ -159,6 +161,9 @@ func barChart(r *Result, id, title string, value func(EpochResult) float64, top 
 				continue
 			}
 			v := min(value(p.Epochs[e]), top)
+			if math.IsNaN(v) {
+				continue
+			}
 			b.f(`<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s epoch %d: %s</title></rect>`,
 				gx+barW*float64(i), y(v), barW*0.95, y(0)-y(v), color(i), html.EscapeString(p.Path), e+1, html.EscapeString(label(v)))
 		}
@@ -183,7 +188,15 @@ func epochChart(r *Result) template.HTML {
 }
 
 func auChart(r *Result) template.HTML {
-	return barChart(r, "au", "Accelerator utilisation per epoch", func(e EpochResult) float64 { return e.AU }, 1,
+	// AU counts from the end of the first step: an epoch of fewer than 2
+	// has none, which the table shows as "-" (fmtAU).
+	au := func(e EpochResult) float64 {
+		if e.Steps < 2 {
+			return math.NaN()
+		}
+		return e.AU
+	}
+	return barChart(r, "au", "Accelerator utilisation per epoch", au, 1,
 		func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }, 0.9)
 }
 

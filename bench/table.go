@@ -12,12 +12,8 @@ import (
 func (r *Result) WriteTable(w io.Writer) error {
 	c := r.Config
 	ew := &errWriter{w: w}
-	profile := c.Profile
-	if profile == "" {
-		profile = "custom"
-	}
-	fmt.Fprintf(ew, "protocol: profile %s (%s/sample), %d accelerator(s) x %d workers (s3: %d GETs), batch %d, %d epoch(s), order %s\n",
-		profile, fmtSec(c.ComputePerSampleS), c.Accelerators, c.Workers, c.Concurrency, c.Batch, c.Epochs, c.Order)
+	fmt.Fprintf(ew, "protocol: profile %s, %d accelerator(s) x %d workers (s3: %d GETs), batch %d, %d epoch(s), order %s\n",
+		c.profile(), c.Accelerators, c.Workers, c.Concurrency, c.Batch, c.Epochs, c.Order)
 	p := r.Probe
 	fmt.Fprintf(ew, "store limits (%s): rtt %s, bandwidth %s, request rate %s\n\n", p.Source,
 		orDash(p.RTTS, fmtSec), orDash(p.BandwidthBps, fmtRate), orDash(p.RequestRate, func(v float64) string { return fmt.Sprintf("%.0f/s", v) }))
@@ -105,6 +101,16 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintln(ew)
 	}
 	return ew.err
+}
+
+// profile names the compute profile with its time per sample: a custom
+// --compute-per-sample has no name of its own.
+func (c ResultConfig) profile() string {
+	name := c.Profile
+	if name == "" {
+		name = "custom"
+	}
+	return fmt.Sprintf("%s (%s/sample)", name, fmtSec(c.ComputePerSampleS))
 }
 
 type errWriter struct {
