@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -217,6 +218,12 @@ type Loader struct {
 	// holds, at most maxCopied: prefetch leaves them alone (a read of one
 	// through the loader fetches it, and takes it out again).
 	copied map[objVersion]struct{} // guarded by mu
+	// gaveUp holds the blocks whose fetch gave up (store.ErrGaveUp) in the
+	// last gaveUpFor, at most maxGaveUp, until a read takes the error: the
+	// kernel asks again for a page whose read failed, at once, and that
+	// second read waited a whole --io-timeout more for a store that is
+	// down. One read only: the next asks the store, which may be back.
+	gaveUp map[cache.Key]gaveUp // guarded by mu
 
 	pushq   chan push // blocks waiting for a pusher; nil unless CrossFile
 	pushCap int64     // the most pushBytes may reach; fixed at creation
@@ -234,6 +241,22 @@ const (
 	landCache  landing = 1 << 0
 	landKernel landing = 1 << 1
 	landTail   landing = 1 << 2
+)
+
+// gaveUp is a fetch that gave up, and when.
+type gaveUp struct {
+	err error
+	at  time.Time
+}
+
+const (
+	// gaveUpFor is how long after a fetch gave up the next read of its
+	// block fails at once: long enough for the kernel's second try, which
+	// comes right after the first fails.
+	gaveUpFor = time.Second
+	// maxGaveUp bounds gaveUp: a mount whose store is down fails every
+	// block it is asked for.
+	maxGaveUp = 4096
 )
 
 // flight is one fetch of one block and, once done, the block itself. It is
@@ -283,6 +306,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		flights:   make(map[cache.Key]*flight),
 		ready:     make(map[cache.Key]*flight),
 		copied:    make(map[objVersion]struct{}),
+		gaveUp:    make(map[cache.Key]gaveUp),
 	}
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
@@ -626,6 +650,13 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 			return handle{f: f}, nil
 		}
 		if looked == 2 || looked == 1 && !l.tierHas(k) {
+			if g, ok := l.gaveUp[k]; ok {
+				delete(l.gaveUp, k)
+				if time.Since(g.at) < gaveUpFor {
+					l.mu.Unlock()
+					return handle{}, g.err
+				}
+			}
 			f := l.newReadFlightLocked(obj, i, n)
 			f.refs++ // the reader's
 			f.used = true
@@ -957,6 +988,9 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	if err != nil {
 		close(f.done)
 	}
+	if errors.Is(err, store.ErrGaveUp) {
+		l.rememberGaveUpLocked(f.key, err)
+	}
 	if f.prefetch {
 		l.pflights--
 		if !f.queued {
@@ -990,6 +1024,24 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// rememberGaveUpLocked files k's fetch that gave up with err, dropping the
+// entries older than gaveUpFor when the map is full (all of them if none
+// is).
+func (l *Loader) rememberGaveUpLocked(k cache.Key, err error) {
+	now := time.Now()
+	if len(l.gaveUp) >= maxGaveUp {
+		for key, g := range l.gaveUp {
+			if now.Sub(g.at) >= gaveUpFor {
+				delete(l.gaveUp, key)
+			}
+		}
+		if len(l.gaveUp) >= maxGaveUp {
+			clear(l.gaveUp)
+		}
+	}
+	l.gaveUp[k] = gaveUp{err: err, at: now}
 }
 
 // fetchErr counts the bytes a fetch of the block at off got and wraps its

@@ -313,6 +313,45 @@ func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
 	}
 }
 
+// TestReadAfterGiveUpFailsAtOnce: the next read of a block whose fetch
+// gave up (its tries or --io-timeout spent) just now fails at once with that
+// error, without asking the store again: the kernel asks again for a page
+// whose read failed, and that second read waited a whole --io-timeout more
+// for a store that is down. The read after it asks the store, which may be
+// back.
+func TestReadAfterGiveUpFailsAtOnce(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("g", 5000)
+	down := fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
+	st.mu.Lock()
+	st.fail = func(store.Object) error { return down }
+	st.mu.Unlock()
+	l := newTestLoader(t, st, nil, Options{})
+	p := make([]byte, 100)
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); !errors.Is(err, store.ErrGaveUp) {
+		t.Fatalf("read from a store that is down: %v, want it to give up", err)
+	}
+	gaveUpAt := time.Now()
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); !errors.Is(err, store.ErrGaveUp) {
+		t.Fatalf("read again right after: %v, want the fetch's error", err)
+	}
+	if n := st.gets.Load(); n != 1 {
+		t.Fatalf("%d GETs, want 1: a read right after a fetch gave up asked the store again", n)
+	}
+	if took := time.Since(gaveUpAt); took >= gaveUpFor {
+		t.Fatalf("the second read took %s, past gaveUpFor: nothing checked", took)
+	}
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); err != nil {
+		t.Fatalf("the third read, the store back: %v", err)
+	}
+	if n := st.gets.Load(); n != 2 {
+		t.Errorf("%d GETs, want 2", n)
+	}
+}
+
 // TestReadAfterFailureFetchesAgain: a failed fetch leaves the flights map
 // before it wakes its waiters, so a read that comes after the failure
 // fetches again instead of taking the old error (a mount's read right after

@@ -183,7 +183,7 @@ func (r *Retrying) doSince(ctx context.Context, what string, progress *time.Time
 	}
 	if Retryable(err) {
 		r.opts.Stats.GaveUp.Add(1)
-		return fmt.Errorf("%s: gave up after retries (io timeout %s): %w", what, r.opts.IOTimeout, err)
+		return fmt.Errorf("%s: %w (io timeout %s): %w", what, ErrGaveUp, r.opts.IOTimeout, err)
 	}
 	return err
 }
@@ -430,7 +430,7 @@ func (b *resumingBody) resume() error {
 	}
 	if b.attempts >= b.r.opts.Attempts || time.Since(b.movedAt) > b.r.opts.IOTimeout {
 		b.r.opts.Stats.GaveUp.Add(1)
-		return fmt.Errorf("read %q at %d: gave up after retries (io timeout %s): %w", b.obj.Key, b.off, b.r.opts.IOTimeout, b.cause)
+		return fmt.Errorf("read %q at %d: %w (io timeout %s): %w", b.obj.Key, b.off, ErrGaveUp, b.r.opts.IOTimeout, b.cause)
 	}
 	b.attempts++
 	b.r.opts.Stats.Retries.Add(1)

@@ -73,4 +73,7 @@ var (
 	// other than those above, a timeout or throttling: a bad range, a
 	// wrong region), which sending it again cannot change.
 	ErrRefused = errors.New("request refused by the store")
+	// ErrGaveUp: Retrying sent the request until its tries or IOTimeout ran
+	// out; the error wraps the last failure too.
+	ErrGaveUp = errors.New("gave up after retries")
 )
