@@ -400,13 +400,17 @@ const readBufSize = 1 << 20
 // epoch paid for them (64 MiB for 64 readers) would move the comparison.
 type readBufs [][]byte
 
-func newReadBufs(n int) readBufs {
-	b := make(readBufs, n)
-	for i := range b {
-		b[i] = make([]byte, readBufSize)
+func newReadBufs(n int) readBufs { return readBufs(nil).grow(n) }
+
+// grow returns b with buffers for n readers at least, the new ones made and
+// touched now: outside the epoch that measures them.
+func (b readBufs) grow(n int) readBufs {
+	for len(b) < n {
+		buf := make([]byte, readBufSize)
 		for j := 0; j < readBufSize; j += 4096 {
-			b[i][j] = 1 // fault it in now: make leaves fresh pages untouched
+			buf[j] = 1 // fault it in now: make leaves fresh pages untouched
 		}
+		b = append(b, buf)
 	}
 	return b
 }
@@ -671,6 +675,11 @@ func findMax(ctx context.Context, cfg RunConfig, src Source, files []File, worke
 				return 0, false, err
 			}
 		}
+		readers := a * workers
+		if fileLevel {
+			readers = workers
+		}
+		bufs = bufs.grow(readers) // a trial with more readers than the epochs
 		runtime.GC()
 		ep, err := runEpoch(ctx, epochPlan{src: src, files: files, order: order, accels: a, workers: workers, batch: cfg.Batch,
 			prefetch: cfg.Prefetch, perSample: cfg.ComputePerSample, maxSteps: cfg.MaxSteps, fileLevel: fileLevel, bufs: bufs}, cfg.Progress,

@@ -482,6 +482,29 @@ func TestRunReusesReadBuffers(t *testing.T) {
 	}
 }
 
+// The search for the most accelerators makes the buffers of a trial with
+// more readers than the epochs before that trial, and keeps them: a buffer
+// made in the trial put its page faults in the trial's time, and each trial
+// made its own again.
+func TestFindMaxReusesReadBuffers(t *testing.T) {
+	dir := tmpfsDir(t)
+	genSmall(t, dir, 60)
+	rec := &bufRecorder{Source: DirSource{Root: dir}, seen: map[*byte]bool{}}
+	res, err := Run(context.Background(), RunConfig{Workers: 1, Batch: 4, Epochs: 1, Seed: 1, ComputePerSample: time.Millisecond,
+		FindMaxAccelerators: true, TargetAU: 0.01}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for _, tr := range res.Paths[0].MaxAccelerators.Trials {
+		most = max(most, tr.Accelerators)
+	}
+	// One worker an accelerator: a trial of a accelerators has a readers.
+	if n := len(rec.seen); most < 4 || n > most {
+		t.Errorf("trials of up to %d accelerators read into %d buffers, want at most %d (and a trial of 4 at least)", most, n, most)
+	}
+}
+
 // shortSource hands out half of one file with a clean end, as a path with a
 // truncation bug would.
 type shortSource struct {
