@@ -71,6 +71,10 @@ func LoadOffers(r io.Reader) (Offers, error) {
 	} else if err != nil {
 		return Offers{}, fmt.Errorf("offers: %w", err)
 	}
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return Offers{}, errors.New("offers: more than one YAML document (---): put every offer under one offers: list")
+	}
 	if len(o.Offers) == 0 {
 		return Offers{}, errors.New("offers: no offers")
 	}
@@ -131,12 +135,14 @@ func (o Offer) check() error {
 }
 
 func (o Offer) perSample() (float64, error) {
-	if o.ComputePerSampleS > 0 {
-		return o.ComputePerSampleS, nil
-	}
 	p, ok := LookupProfile(o.Profile)
-	if !ok {
-		return 0, fmt.Errorf("%q: profile %q unknown and no compute_per_sample_s", o.Name, o.Profile)
+	switch {
+	case o.Profile != "" && !ok: // a typo, even beside compute_per_sample_s
+		return 0, fmt.Errorf("%q: profile %q unknown", o.Name, o.Profile)
+	case o.ComputePerSampleS > 0:
+		return o.ComputePerSampleS, nil
+	case !ok:
+		return 0, fmt.Errorf("%q: no profile and no compute_per_sample_s", o.Name)
 	}
 	return p.PerSample.Seconds(), nil
 }
