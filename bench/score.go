@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -371,7 +372,7 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, in Score
 		perEpoch, per1M, perUnit, jobH, job := "-", "-", "-", "-", "-"
 		if s.Usable() {
 			perEpoch, per1M, perUnit = costText(s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
-			jobH, job = fmt.Sprintf("%.1f", s.JobH), costText(s.JobCost)
+			jobH, job = costText(s.JobH), costText(s.JobCost)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", s.Rank, s.Name, s.Count, s.GPU,
 			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, perEpoch, per1M, perUnit, jobH, job)
@@ -399,13 +400,18 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, in Score
 	return ew.err
 }
 
-// costText shows a cost with cents below 100 and in whole units above,
-// never in exponent form.
+// costText shows a cost (or hours) in whole units from 100, with cents from 1, and
+// with three significant digits below (the epochs of a small bench's
+// dataset cost fractions of a cent), never in exponent form.
 func costText(v float64) string {
-	if v >= 100 {
+	switch {
+	case v >= 100:
 		return fmt.Sprintf("%.0f", v)
+	case v >= 1 || v == 0:
+		return fmt.Sprintf("%.2f", v)
 	}
-	return fmt.Sprintf("%.2f", v)
+	scale := math.Pow(10, 2-math.Floor(math.Log10(v)))
+	return strconv.FormatFloat(math.Round(v*scale)/scale, 'f', -1, 64)
 }
 
 // ScoreSchemaVersion is the version of score's JSON; it changes when a key
