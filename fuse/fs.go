@@ -29,6 +29,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -132,6 +133,14 @@ type FS struct {
 	// showed (the store's GETs and LISTs disagree), warned about once.
 	// Guarded by healMu; cleared with staleSince.
 	disagreed map[uint64]bool
+	// answers: what the store said of a stale version's key (asked by
+	// askLoop while the directory is listed again), which lookups hand out
+	// until that listing lands. Guarded by healMu; cleared with staleSince.
+	answers map[uint64]storeAnswer
+	// asking: the stale files whose keys askLoop is to ask the store about,
+	// at most maxAsking; askRunning: askLoop is at work. Guarded by healMu.
+	asking     map[*fileNode]bool
+	askRunning bool
 	// healLists bounds the LISTs heal runs at once: a re-uploaded dataset
 	// makes every directory stale together.
 	healLists chan struct{}
@@ -210,7 +219,7 @@ func newFS(cfg Config) *FS {
 	ns.grace = cfg.OutageGrace
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, healLists: make(chan struct{}, healParallel),
+		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[uint64]storeAnswer{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
 		dropping: map[string]map[string]bool{}}
 	ns.changed = f.entriesChanged
 	if !cfg.passthrough() {
@@ -376,7 +385,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 		}
 		return d.NewInode(ctx, &dirNode{fsys: d.fsys, key: key}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Ino}), 0
 	}
-	obj, err := d.fsys.current(ctx, d.key, e.obj)
+	obj, err := d.fsys.current(d.key, e.obj)
 	if err != nil {
 		return nil, d.fsys.fail("lookup", d.key+name, err)
 	}
@@ -391,32 +400,120 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 	return d.NewInode(ctx, d.fsys.newFileNode(obj), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: out.Ino}), 0
 }
 
-// current is the version of a listed object a lookup hands out. A version
-// a read found changed or deleted after its listing was made is asked of
-// the store (HEAD) until the directory is listed again: otherwise a job
-// that opens the file again after ESTALE would get ESTALE for as long as
-// that LIST takes (a minute for a million files). The store's answer
-// stands until the relisting; when it cannot answer, the listed version
-// serves, its reads ESTALE as before.
-func (f *FS) current(ctx context.Context, dir string, obj store.Object) (store.Object, error) {
+// storeAnswer is what a HEAD said of a stale version's key: the object
+// under it now, or that there is none.
+type storeAnswer struct {
+	obj  store.Object
+	gone bool
+}
+
+// current is the version of a listed object a lookup hands out: for a
+// version a read found changed or deleted after its listing was made, what
+// the store said of its key since (askLoop asks while heal lists the
+// directory again), until that listing lands. Otherwise a job that opens the file
+// again after ESTALE would get ESTALE for as long as the LIST takes (a
+// minute for a million files). Lookups never wait on the store here: a
+// readdir looks up every name it lists.
+func (f *FS) current(dir string, obj store.Object) (store.Object, error) {
+	ino := fileIno(obj)
 	f.healMu.Lock()
-	since, stale := f.staleSince[fileIno(obj)]
+	since, stale := f.staleSince[ino]
+	ans, known := f.answers[ino]
 	f.healMu.Unlock()
-	if !stale {
+	if !stale || !known {
 		return obj, nil
 	}
 	if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
 		return obj, nil // listed since it went stale: the store's last word
 	}
-	now, err := f.cfg.Store.Stat(ctx, obj.Key)
-	switch {
-	case errors.Is(err, store.ErrNotExist):
-		return store.Object{}, fmt.Errorf("%s: deleted since it was listed: %w", obj.Key, err)
-	case err != nil:
-		f.log.Debug("asking the store for a changed object failed; the listed version serves until its directory is listed again", "key", obj.Key, "err", err)
-		return obj, nil
+	if ans.gone {
+		return store.Object{}, fmt.Errorf("%s: deleted since it was listed: %w", obj.Key, store.ErrNotExist)
 	}
-	return now, nil
+	return ans.obj, nil
+}
+
+const (
+	// headsPerRound is how many stale keys askLoop asks the store about
+	// before it drops their kernel entries, headParallel at a time, each
+	// round within headWait (a store that does not answer leaves the
+	// files to their directory's relisting).
+	headsPerRound = 64
+	headParallel  = 8
+	headWait      = 10 * time.Second
+	// maxAsking bounds the files waiting for askLoop: a re-uploaded
+	// dataset makes every file read stale, and the relisting of their
+	// directories heals those beyond it (askLoop skips the files of a
+	// directory listed since).
+	maxAsking = 4096
+)
+
+// askLoop serves healStale's queue of files to ask the store about until
+// it is empty: a round of HEADs, then the kernel's entries of those names
+// dropped, so that the next open gets the object as it is now without
+// waiting for the directory's LIST (a minute for a million files).
+func (f *FS) askLoop() {
+	for {
+		f.healMu.Lock()
+		batch := map[*fileNode]bool{}
+		for n := range f.asking {
+			delete(f.asking, n)
+			batch[n] = true
+			if len(batch) == headsPerRound {
+				break
+			}
+		}
+		if len(batch) == 0 {
+			f.askRunning = false
+			f.healMu.Unlock()
+			return
+		}
+		f.healMu.Unlock()
+		f.askStore(batch)
+		f.dropStaleEntries(batch)
+	}
+}
+
+// askStore asks the store what is under the keys of nodes' stale versions,
+// but those whose directory was listed since, and files the answers for
+// current.
+func (f *FS) askStore(nodes map[*fileNode]bool) {
+	ctx, cancel := context.WithTimeout(f.ns.bg, headWait)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(headParallel)
+	for n := range nodes {
+		ino := fileIno(n.obj)
+		dir, _ := splitKey(n.obj.Key)
+		f.healMu.Lock()
+		since, stale := f.staleSince[ino]
+		_, known := f.answers[ino]
+		f.healMu.Unlock()
+		if !stale || known {
+			continue
+		}
+		if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
+			continue // the listing knows now
+		}
+		key := n.obj.Key
+		g.Go(func() error {
+			now, err := f.cfg.Store.Stat(gctx, key)
+			ans := storeAnswer{obj: now}
+			switch {
+			case errors.Is(err, store.ErrNotExist):
+				ans = storeAnswer{gone: true}
+			case err != nil:
+				f.log.Debug("asking the store for a changed object failed; its directory's relisting will tell", "key", key, "err", err)
+				return nil
+			}
+			f.healMu.Lock()
+			if _, stale := f.staleSince[ino]; stale { // not cleared meanwhile
+				f.answers[ino] = ans
+			}
+			f.healMu.Unlock()
+			return nil
+		})
+	}
+	g.Wait()
 }
 
 func (d *dirNode) controlDir(ctx context.Context, out *gofuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -620,27 +717,32 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 	return gofuse.ReadResultData(data), 0
 }
 
-// healStale lists n's directory again after a read found its object
-// changed or deleted since it was listed (unless the listing knows
-// already), and drops the kernel's entry for it: the next open looks it up
-// and gets the object as it is now, instead of ESTALE until the metadata
-// TTL passes (an hour by default: every epoch of a job would fail on a
-// re-uploaded file). Files open keep their version, and their reads stay
+// healStale asks the store about n's key (askLoop) and lists n's directory
+// again (heal) after a read found its object changed or deleted since it
+// was listed (unless the listing knows already), and drops the kernel's
+// entry for it:
+// the next open looks it up and gets the object as it is now, instead of
+// ESTALE until the metadata TTL passes (an hour by default: every epoch of
+// a job would fail on a re-uploaded file). Files open keep their version, and their reads stay
 // ESTALE: no read mixes versions. One goroutine per directory at most
 // (heal), which takes the files that go stale while it runs too.
 func (f *FS) healStale(n *fileNode) {
-	dir, name := splitKey(n.obj.Key)
+	dir, _ := splitKey(n.obj.Key)
 	f.healMu.Lock()
 	if _, seen := f.staleSince[fileIno(n.obj)]; !seen {
 		if len(f.staleSince) >= staleVersions {
 			clear(f.staleSince) // a store that disagrees gets one LIST more per version
 			clear(f.disagreed)
+			clear(f.answers)
 		}
 		f.staleSince[fileIno(n.obj)] = f.ns.now()
-		// The next open looks the name up, and current asks the store,
-		// without waiting for the relisting (heal's LIST, or one queued
-		// behind it).
-		f.entriesChanged(dir, []string{name})
+		if len(f.asking) < maxAsking {
+			f.asking[n] = true
+			if !f.askRunning {
+				f.askRunning = true
+				go f.askLoop()
+			}
+		}
 	}
 	queued, running := f.healing[dir]
 	if !running {
@@ -757,17 +859,23 @@ func (f *FS) heal(dir string) {
 				continue
 			}
 		}
-		// healStale dropped the entries; a lookup that raced it, before the
-		// version was marked stale, may have put the old version back.
-		for n := range nodes {
-			// A lookup since may have put the new version under the name
-			// (the old inode keeps its parent link): its entry stays.
-			if name, parent := n.Parent(); parent != nil && parent.GetChild(name) == n.EmbeddedInode() {
-				// ENOENT: the kernel has no such entry (forgotten, or
-				// looked up again meanwhile); EBADF: unmounted.
-				if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
-					f.log.Warn("dropping the kernel's entry of a changed object", "key", n.obj.Key, "errno", errno.Error())
-				}
+		// askLoop dropped the entries once it had the store's word; a
+		// lookup that raced it may have put the old version back.
+		f.dropStaleEntries(nodes)
+	}
+}
+
+// dropStaleEntries drops the kernel's entries of nodes' names that still
+// lead to them.
+func (f *FS) dropStaleEntries(nodes map[*fileNode]bool) {
+	for n := range nodes {
+		// A lookup since may have put the new version under the name
+		// (the old inode keeps its parent link): its entry stays.
+		if name, parent := n.Parent(); parent != nil && parent.GetChild(name) == n.EmbeddedInode() {
+			// ENOENT: the kernel has no such entry (forgotten, or
+			// looked up again meanwhile); EBADF: unmounted.
+			if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT && errno != syscall.EBADF {
+				f.log.Warn("dropping the kernel's entry of a changed object", "key", n.obj.Key, "errno", errno.Error())
 			}
 		}
 	}

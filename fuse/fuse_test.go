@@ -675,6 +675,66 @@ func TestReopenAfterStaleWithoutRelisting(t *testing.T) {
 	})
 }
 
+// countedHeads counts the HEADs (Stat) a mount sends.
+type countedHeads struct {
+	*heldLists
+	heads atomic.Int64
+}
+
+func (c *countedHeads) Stat(ctx context.Context, key string) (store.Object, error) {
+	c.heads.Add(1)
+	return c.heldLists.Stat(ctx, key)
+}
+
+// The store is asked about each stale file once, in the background: a
+// readdir, which looks up every name it lists, sends no HEAD of its own
+// (it sent one per stale name, one after another, on every readdir until
+// the relisting landed: minutes for thousands of stale files), and gets
+// the new versions.
+func TestStaleFilesAskedOnce(t *testing.T) {
+	bucket := srv.NewBucket(t)
+	st := &countedHeads{heldLists: &heldLists{Store: bucket}}
+	const n = 20
+	name := func(i int) string { return fmt.Sprintf("f%02d", i) }
+	for i := range n {
+		testenv.Put(t, bucket, "d/"+name(i), []byte("v1"))
+	}
+	mnt := mountT(t, st, "", time.Hour)
+	d := filepath.Join(mnt, "d")
+	for i := range n {
+		if _, err := os.Stat(filepath.Join(d, name(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := make(chan struct{})
+	st.held.Store(&hold)
+	t.Cleanup(func() { close(hold) })
+	v2 := []byte("version two")
+	for i := range n {
+		testenv.Put(t, bucket, "d/"+name(i), v2)
+	}
+	for i := range n {
+		if _, err := os.ReadFile(filepath.Join(d, name(i))); !errors.Is(err, syscall.ESTALE) {
+			t.Fatalf("read of %s after the change: %v, want ESTALE", name(i), err)
+		}
+	}
+	waitFor(t, "every stale file asked about", func() bool { return st.heads.Load() >= n })
+	for range 2 {
+		ents, err := os.ReadDir(d)
+		if err != nil || len(ents) != n {
+			t.Fatalf("readdir: %d entries, %v", len(ents), err)
+		}
+		for _, e := range ents {
+			if fi, err := os.Lstat(filepath.Join(d, e.Name())); err != nil || fi.Size() != int64(len(v2)) {
+				t.Fatalf("lstat %s after the store was asked: %v, size %v, want the new version's %d bytes", e.Name(), err, fi, len(v2))
+			}
+		}
+	}
+	if h := st.heads.Load(); h != n {
+		t.Errorf("%d HEADs for %d stale files and two readdirs, want %d", h, n, n)
+	}
+}
+
 // TestRelistDropsKernelEntries: a file whose bytes the kernel holds (read
 // once, then re-read from its page cache with no request) and whose object
 // is deleted stops opening once a relisting drops the name, though a
