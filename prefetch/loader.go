@@ -218,11 +218,12 @@ type Loader struct {
 	// holds, at most maxCopied: prefetch leaves them alone (a read of one
 	// through the loader fetches it, and takes it out again).
 	copied map[objVersion]struct{} // guarded by mu
-	// gaveUp holds the blocks whose fetch gave up (store.ErrGaveUp) in the
-	// last gaveUpFor, at most maxGaveUp, until a read takes the error: the
-	// kernel asks again for a page whose read failed, at once, and that
-	// second read waited a whole --io-timeout more for a store that is
-	// down. One read only: the next asks the store, which may be back.
+	// gaveUp holds the blocks whose fetch gave up (store.ErrGaveUp) on a
+	// read in the last gaveUpFor, at most maxGaveUp, until a read takes
+	// the error: the kernel asks again for a page whose read failed, at
+	// once, and that second read waited a whole --io-timeout more for a
+	// store that is down. One read only: the next asks the store, which
+	// may be back. Prefetch leaves these blocks alone meanwhile.
 	gaveUp map[cache.Key]gaveUp // guarded by mu
 
 	pushq   chan push // blocks waiting for a pusher; nil unless CrossFile
@@ -988,7 +989,9 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	if err != nil {
 		close(f.done)
 	}
-	if errors.Is(err, store.ErrGaveUp) {
+	if errors.Is(err, store.ErrGaveUp) && f.used {
+		// Only a failure a read was handed: a prefetch that gave up with
+		// no reader must not fail a read that has not tried.
 		l.rememberGaveUpLocked(f.key, err)
 	}
 	if f.prefetch {
@@ -1024,6 +1027,14 @@ func acquireSlot(ctx context.Context, slots chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// gaveUpLocked says whether k's fetch gave up on a reader within
+// gaveUpFor: prefetch leaves it to that reader's retry, which fails at
+// once, instead of fetching it again for another --io-timeout.
+func (l *Loader) gaveUpLocked(k cache.Key) bool {
+	g, ok := l.gaveUp[k]
+	return ok && time.Since(g.at) < gaveUpFor
 }
 
 // rememberGaveUpLocked files k's fetch that gave up with err, dropping the
@@ -1159,7 +1170,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	_, n := l.blockRange(obj, i)
 	l.mu.Lock()
 	_, copied := l.copied[objVersion{obj.Key, obj.ETag}]
-	present := l.closed || copied || l.ready[k] != nil || l.flights[k] != nil
+	present := l.closed || copied || l.ready[k] != nil || l.flights[k] != nil || l.gaveUpLocked(k)
 	full := l.prefetchFullLocked(hold, n)
 	l.mu.Unlock()
 	if present {
@@ -1185,7 +1196,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	l.mu.Lock()
 	// The tier again, from its index: a read may have fetched the block and
 	// left the flights map since the look above.
-	if l.closed || l.ready[k] != nil || l.flights[k] != nil || wanted != nil && !wanted() || l.tierHas(k) {
+	if l.closed || l.ready[k] != nil || l.flights[k] != nil || l.gaveUpLocked(k) || wanted != nil && !wanted() || l.tierHas(k) {
 		l.mu.Unlock()
 		l.mem.release(charge)
 		return nil, pfPresent
@@ -1203,7 +1214,7 @@ func (l *Loader) registerPrefetchRun(obj store.Object, i, end int64, hold bool, 
 	for j := i + 1; j < last && l.pflights < l.maxPfetch; j++ {
 		kj := l.key(obj, j)
 		_, nj := l.blockRange(obj, j)
-		if l.ready[kj] != nil || l.flights[kj] != nil || !l.mem.tryAcquire(nj+blockOverhead) {
+		if l.ready[kj] != nil || l.flights[kj] != nil || l.gaveUpLocked(kj) || !l.mem.tryAcquire(nj+blockOverhead) {
 			break
 		}
 		run = append(run, l.registerLocked(obj, j, nj, true, true))

@@ -352,6 +352,58 @@ func TestReadAfterGiveUpFailsAtOnce(t *testing.T) {
 	}
 }
 
+// The kernel's second READ at offset 0 comes to a new reader, which on a
+// busy loader streams: the prefetch run it starts must leave a block whose
+// fetch gave up on a read alone, or the retry joins it and waits for the
+// store again.
+func TestRetryAfterGiveUpOnABusyLoader(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("big", 2*4096)
+	st.fail = func(store.Object) error {
+		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
+	}
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: 4096, StreamAt: 1, Stats: stats})
+	stats.Inflight.Add(5) // other readers' GETs in flight
+	t.Cleanup(func() { stats.Inflight.Add(-5) })
+	p := make([]byte, 100)
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); !errors.Is(err, store.ErrGaveUp) {
+		t.Fatalf("first read: %v, want it to give up", err)
+	}
+	first := st.gets.Load()
+	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); !errors.Is(err, store.ErrGaveUp) {
+		t.Fatalf("the retry: %v, want the first read's error", err)
+	}
+	if n := st.gets.Load(); n != first {
+		t.Errorf("%d GETs after the first read, %d after the retry: the retry asked the store again", first, n)
+	}
+}
+
+// A prefetch that gave up with no reader waiting leaves no failure behind:
+// a reader's first read of the block asks the store, which may be back.
+func TestPrefetchGiveUpFailsNoRead(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("pf", 4096)
+	st.mu.Lock()
+	st.fail = func(store.Object) error {
+		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
+	}
+	st.mu.Unlock()
+	l := newTestLoader(t, st, nil, Options{BlockSize: 4096})
+	l.startPrefetch(obj, 0)
+	waitFor(t, "the prefetch to fail", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return st.gets.Load() > 0 && l.flights[l.key(obj, 0)] == nil
+	})
+	st.mu.Lock()
+	st.fail = nil // the store is back
+	st.mu.Unlock()
+	if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
+		t.Fatalf("a reader's first read after a prefetch gave up, the store back: %v", err)
+	}
+}
+
 // TestReadAfterFailureFetchesAgain: a failed fetch leaves the flights map
 // before it wakes its waiters, so a read that comes after the failure
 // fetches again instead of taking the old error (a mount's read right after
