@@ -423,7 +423,7 @@ func TestScoreOfferIOFactorFirst(t *testing.T) {
 }
 
 // Without --samples the table says N is the bench's file count, from the
-// path the offers use, not the bench's first.
+// path --path names, not the bench's first.
 func TestScoreSamplesFromTheBenchPath(t *testing.T) {
 	bench := &Result{Version: SchemaVersion, Paths: []PathResult{
 		{Path: "first", Files: 100, Summary: Summary{SamplesPerEpoch: 100, TIOColdS: 1, TIOWarmS: 1}},

@@ -415,9 +415,13 @@ type benchOutput struct {
 func parseBandwidth(s string) (float64, error) {
 	const want = "want bytes per second such as 1.2GB or 500MiB, or bits per second such as 25Gbit"
 	v := strings.TrimSuffix(strings.TrimSpace(s), "/s")
+	if strings.HasSuffix(v, "Bps") { // bytes per second: 1GBps
+		v = strings.TrimSuffix(v, "ps")
+	}
 	lower := strings.ToLower(v)
 	for _, unit := range []string{"bits", "bit", "bps"} {
-		if strings.HasSuffix(lower, unit) {
+		// "bit" in any case; "bps" in a lower-case b only (Bps is bytes).
+		if strings.HasSuffix(lower, unit) && (unit != "bps" || strings.HasSuffix(v, unit)) {
 			b, err := humanize.ParseBytes(v[:len(v)-len(unit)])
 			if err != nil || b == 0 {
 				return 0, errors.New(want)
@@ -569,7 +573,7 @@ See bench/README.md and bench/offers.example.yaml.`,
 	fl.StringVar(&offersFile, "offers", "", "offers file (see bench/offers.example.yaml)")
 	fl.StringVar(&benchPath, "path", "", "bench path that models the storage of offers without bench_path (default: the first)")
 	fl.StringVar(&jsonFile, "json", "", "also write the ranking, with every formula value, as JSON to this file")
-	fl.Float64Var(&in.IOFactor, "io-factor", 0, "F_io for every offer, instead of a bench result")
+	fl.Float64Var(&in.IOFactor, "io-factor", 0, "F_io for every offer without its own io_factor, instead of a bench result")
 	fl.IntVar(&in.Epochs, "epochs", 90, "E: epochs of the training job")
 	fl.IntVar(&in.ColdEpochs, "cold-epochs", 1, "k: epochs that start with a cold cache (0: a cache warmed before the job)")
 	fl.Int64Var(&in.Samples, "samples", 0, "samples per epoch (default: the bench's file count, else 1,281,167)")
