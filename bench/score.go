@@ -269,8 +269,12 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 			if err != nil {
 				return nil, fmt.Errorf("score: %q: %w", o.Name, err)
 			}
-			s.TCold, s.TWarm = epochModel(pr.Summary, s.TCompute, in.Samples)
+			var noLoss bool
+			s.TCold, s.TWarm, noLoss = epochModel(pr.Summary, s.TCompute, in.Samples)
 			s.FIO, s.FIOSource = IOFactor(in.Epochs, in.ColdEpochs, s.TCompute, s.TCold, s.TWarm), pr.Path
+			if noLoss {
+				s.FIOSource += ", a bench without compute: no overlap loss measured"
+			}
 			if len(pr.Epochs) == 1 { // its summary repeats the cold epoch as the warm one
 				s.FIOSource += ", no warm epoch: warm taken as cold"
 			}
@@ -314,15 +318,21 @@ func Score(in ScoreInput) ([]OfferScore, error) {
 // its first batch, and the overlap loss, how much longer the bench's steps
 // took than the longer of its own compute and reads (waits at the step
 // barrier for slow files, a full prefetch window), per sample. So an offer
-// like the bench's own configuration gets the epoch the bench measured,
-// less the emulation's sleep overshoot.
-func epochModel(b Summary, tCompute float64, samples int64) (cold, warm float64) {
+// like the bench's own configuration gets at least the epoch the bench
+// measured, less the emulation's sleep overshoot. A bench run without
+// compute measures no overlap: its readers' waits at the barrier, which
+// compute would hide, are no loss (noLoss).
+func epochModel(b Summary, tCompute float64, samples int64) (cold, warm float64, noLoss bool) {
 	perSample := float64(samples) / float64(b.SamplesPerEpoch)
+	noLoss = b.TComputeS <= 0
 	model := func(first, io, stall float64) float64 {
 		loss := max(0, b.TComputeS+stall-max(b.TComputeS, io))
+		if noLoss {
+			loss = 0
+		}
 		return first + max(tCompute, io*perSample) + loss*perSample
 	}
-	return model(b.TFirstBatchColdS, b.TIOColdS, b.TStallColdS), model(b.TFirstBatchWarmS, b.TIOWarmS, b.TStallWarmS)
+	return model(b.TFirstBatchColdS, b.TIOColdS, b.TStallColdS), model(b.TFirstBatchWarmS, b.TIOWarmS, b.TStallWarmS), noLoss
 }
 
 func benchPath(r *Result, name string) (PathResult, error) {

@@ -456,3 +456,19 @@ func TestCostText(t *testing.T) {
 		}
 	}
 }
+
+// A bench run without compute (an I/O-only run, as make compare's) has
+// readers that wait at every step barrier, which compute would hide: no
+// overlap loss is taken from it, and the source says so.
+func TestScoreIOOnlyBenchNoLoss(t *testing.T) {
+	bench := &Result{Version: SchemaVersion, Paths: []PathResult{{Path: "p", Files: 1000, Epochs: []EpochResult{{}, {}},
+		Summary: Summary{SamplesPerEpoch: 1000, TIOColdS: 1, TIOWarmS: 0.01, TStallColdS: 1.2, TStallWarmS: 0.06}}}}
+	offers := []Offer{{Name: "x", Count: 1, PricePerHour: 1, ComputePerSampleS: 0.001}} // T_compute 1 s
+	got, err := Score(ScoreInput{Offers: offers, Bench: bench, Epochs: 2, ColdEpochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got[0]; s.TCold != 1 || s.TWarm != 1 || !strings.Contains(s.FIOSource, "no overlap loss") {
+		t.Errorf("T_cold %v, T_warm %v (%s); want max(compute, reads) = 1 s each, and a word that no loss was measured", s.TCold, s.TWarm, s.FIOSource)
+	}
+}
