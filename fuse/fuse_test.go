@@ -718,7 +718,15 @@ func TestStaleFilesAskedOnce(t *testing.T) {
 			t.Fatalf("read of %s after the change: %v, want ESTALE", name(i), err)
 		}
 	}
-	waitFor(t, "every stale file asked about", func() bool { return st.heads.Load() >= n })
+	// The store's answers land, then the kernel's entries go.
+	waitFor(t, "every stale file's new version", func() bool {
+		for i := range n {
+			if fi, err := os.Lstat(filepath.Join(d, name(i))); err != nil || fi.Size() != int64(len(v2)) {
+				return false
+			}
+		}
+		return true
+	})
 	for range 2 {
 		ents, err := os.ReadDir(d)
 		if err != nil || len(ents) != n {
