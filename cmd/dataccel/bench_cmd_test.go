@@ -220,18 +220,27 @@ func TestBenchRunOutputFiles(t *testing.T) {
 	}
 }
 
-// TestBenchRunAbortKeepsEpochs: a run that fails in its second epoch still
-// prints the first epoch's tables beside the error.
-func TestBenchRunAbortKeepsEpochs(t *testing.T) {
+// benchFailingAfter20 runs bench run --json over 20 objects whose 25th GET
+// stalls past --io-timeout, with args added, and returns its output, exit
+// code and the --json path.
+func benchFailingAfter20(t *testing.T, args ...string) (out string, code int, jsonFile string) {
+	t.Helper()
 	st := srv.NewBucket(t)
 	dataset(t, st, "ds/", 20, 4<<10)
 	fp := faultProxy(t)
-	// Epoch 1 reads the 20 objects; the 25th GET of an object, in epoch
-	// 2, stalls past --io-timeout and fails the run.
 	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "/" + st.Bucket() + "/ds/", Every: 25, Stall: time.Minute})
-	jf := filepath.Join(t.TempDir(), "r.json")
-	out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "s3://"+st.Bucket()+"/ds", "--batch", "4", "--epochs", "3",
-		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms", "--json", jf)
+	jsonFile = filepath.Join(t.TempDir(), "r.json")
+	out, code, _ = runBench(t, 60*time.Second, append([]string{"bench", "run", "-q", "s3://" + st.Bucket() + "/ds", "--batch", "4",
+		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms",
+		"--json", jsonFile}, args...)...)
+	return out, code, jsonFile
+}
+
+// TestBenchRunAbortKeepsEpochs: a run that fails in its second epoch still
+// prints the first epoch's tables beside the error.
+func TestBenchRunAbortKeepsEpochs(t *testing.T) {
+	// Epoch 1 reads the 20 objects; the 25th GET, in epoch 2, fails the run.
+	out, code, jf := benchFailingAfter20(t, "--epochs", "3")
 	if code != 1 || !strings.Contains(out, "epoch 2:") || !strings.Contains(out, "T_cold") {
 		t.Fatalf("exit %d, want 1 with epoch 1's tables and epoch 2's error; output:\n%s", code, out)
 	}
@@ -253,15 +262,8 @@ func TestBenchRunAbortKeepsEpochs(t *testing.T) {
 // search for the most accelerators after them failed: the epochs' results
 // are written anyway, beside the error, and say no search finished.
 func TestBenchRunFindMaxFailsAfterEpochs(t *testing.T) {
-	st := srv.NewBucket(t)
-	dataset(t, st, "ds/", 20, 4<<10)
-	fp := faultProxy(t)
-	// The epoch reads the 20 objects; the search's first trial stalls.
-	fp.Add(testenv.Rule{Fault: testenv.StallFirstByte, Method: "GET", PathContains: "/" + st.Bucket() + "/ds/", Every: 25, Stall: time.Minute})
-	jf := filepath.Join(t.TempDir(), "r.json")
-	out, code, _ := runBench(t, 60*time.Second, "bench", "run", "-q", "s3://"+st.Bucket()+"/ds", "--batch", "4", "--epochs", "1",
-		"--compute-per-sample", "1ms", "--no-probe", "--endpoint", fp.Endpoint, "--io-timeout", "100ms", "--stall-timeout", "300ms",
-		"--find-max-accelerators", "--json", jf)
+	// The epoch reads the 20 objects; the search's first trial fails.
+	out, code, jf := benchFailingAfter20(t, "--epochs", "1", "--find-max-accelerators")
 	if code != 1 || !strings.Contains(out, "find max accelerators") || !strings.Contains(out, "results are written") {
 		t.Fatalf("exit %d, want 1 with the search's error and a word that the results are written; output:\n%s", code, out)
 	}
