@@ -133,10 +133,14 @@ type FS struct {
 	// showed (the store's GETs and LISTs disagree), warned about once.
 	// Guarded by healMu; cleared with staleSince.
 	disagreed map[uint64]bool
-	// answers: what the store said of a stale version's key (asked by
-	// askLoop while the directory is listed again), which lookups hand out
-	// until that listing lands. Guarded by healMu; cleared with staleSince.
-	answers map[uint64]storeAnswer
+	// answers: by key, what the store said last of a key whose version
+	// went stale (asked by askLoop while the directory is listed again),
+	// which lookups hand out until that listing lands; by key, so that an
+	// object overwritten twice meanwhile gets the store's latest word.
+	// reported: the stale versions heal has logged. Both guarded by
+	// healMu; cleared with staleSince.
+	answers  map[string]storeAnswer
+	reported map[uint64]bool
 	// asking: the stale files whose keys askLoop is to ask the store about,
 	// at most maxAsking; askRunning: askLoop is at work. Guarded by healMu.
 	asking     map[*fileNode]bool
@@ -219,7 +223,7 @@ func newFS(cfg Config) *FS {
 	ns.grace = cfg.OutageGrace
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
-		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[uint64]storeAnswer{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
+		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[string]storeAnswer{}, reported: map[uint64]bool{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
 		dropping: map[string]map[string]bool{}}
 	ns.changed = f.entriesChanged
 	if !cfg.passthrough() {
@@ -415,10 +419,9 @@ type storeAnswer struct {
 // minute for a million files). Lookups never wait on the store here: a
 // readdir looks up every name it lists.
 func (f *FS) current(dir string, obj store.Object) (store.Object, error) {
-	ino := fileIno(obj)
 	f.healMu.Lock()
-	since, stale := f.staleSince[ino]
-	ans, known := f.answers[ino]
+	since, stale := f.staleSince[fileIno(obj)]
+	ans, known := f.answers[obj.Key]
 	f.healMu.Unlock()
 	if !stale || !known {
 		return obj, nil
@@ -486,9 +489,8 @@ func (f *FS) askStore(nodes map[*fileNode]bool) {
 		dir, _ := splitKey(n.obj.Key)
 		f.healMu.Lock()
 		since, stale := f.staleSince[ino]
-		_, known := f.answers[ino]
 		f.healMu.Unlock()
-		if !stale || known {
+		if !stale {
 			continue
 		}
 		if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
@@ -507,7 +509,7 @@ func (f *FS) askStore(nodes map[*fileNode]bool) {
 			}
 			f.healMu.Lock()
 			if _, stale := f.staleSince[ino]; stale { // not cleared meanwhile
-				f.answers[ino] = ans
+				f.answers[key] = ans
 			}
 			f.healMu.Unlock()
 			return nil
@@ -734,6 +736,7 @@ func (f *FS) healStale(n *fileNode) {
 			clear(f.staleSince) // a store that disagrees gets one LIST more per version
 			clear(f.disagreed)
 			clear(f.answers)
+			clear(f.reported)
 		}
 		f.staleSince[fileIno(n.obj)] = f.ns.now()
 		if len(f.asking) < maxAsking {
@@ -840,14 +843,14 @@ func (f *FS) heal(dir string) {
 		f.healing[dir] = map[*fileNode]bool{}
 		f.healMu.Unlock()
 		judgedAt := f.ns.now()
-		judged, due, disagree, warn := f.listingShows(dir, nodes)
+		judged, due, warn := f.listingShows(dir, nodes)
 		for _, n := range warn {
 			f.log.Warn("the store's GET of an object disagrees with its LIST (another size or ETag, or not found) after a listing made since: "+
 				"its reads fail ESTALE until the store agrees", "key", n.obj.Key, "listed_size", n.obj.Size, "listed_etag", n.obj.ETag)
 		}
-		if disagree < len(nodes) {
+		if fresh := f.unreported(nodes); len(fresh) > 0 {
 			f.log.Info("objects changed or deleted since they were listed: their reads fail ESTALE, new opens get them as they are now",
-				"dir", dir, "files", len(nodes)-disagree, "keys", someKeys(nodes, 5))
+				"dir", dir, "files", len(fresh), "keys", someKeys(fresh, 5))
 		}
 		if due {
 			f.healLists <- struct{}{}
@@ -881,14 +884,33 @@ func (f *FS) dropStaleEntries(nodes map[*fileNode]bool) {
 	}
 }
 
+// unreported returns nodes' stale versions heal has not logged yet, but
+// those a listing made since still shows (the disagreeing ones, warned
+// about apart), and marks them logged: each failed read(2) queues its file
+// twice (the kernel retries the page), and a version read again stale is
+// no news.
+func (f *FS) unreported(nodes map[*fileNode]bool) map[*fileNode]bool {
+	f.healMu.Lock()
+	defer f.healMu.Unlock()
+	fresh := map[*fileNode]bool{}
+	for n := range nodes {
+		if ino := fileIno(n.obj); !f.reported[ino] && !f.disagreed[ino] {
+			f.reported[ino] = true
+			fresh[n] = true
+		}
+	}
+	return fresh
+}
+
 // someKeys names up to limit of nodes' keys for a log line, and how many
-// more there are.
+// more there are (a key once, though two of its versions went stale).
 func someKeys(nodes map[*fileNode]bool, limit int) string {
 	keys := make([]string, 0, len(nodes))
 	for n := range nodes {
 		keys = append(keys, n.obj.Key)
 	}
 	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	if len(keys) <= limit {
 		return strings.Join(keys, ", ")
 	}
@@ -898,13 +920,13 @@ func someKeys(nodes map[*fileNode]bool, limit int) string {
 // listingShows says whether dir's listing, made before one of nodes was
 // found stale, still holds its version: only then is a LIST due. (A store
 // whose GETs refuse the version its LIST shows would otherwise have every
-// failing read list the directory again.) disagree counts the nodes whose
-// version a listing made after their failure still shows: the store's last
-// word, which its GETs refuse; warn holds those not reported before.
-func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (l *listing, due bool, disagree int, warn []*fileNode) {
+// failing read list the directory again.) warn holds the nodes, not
+// reported before, whose version a listing made after their failure still
+// shows: the store's last word, which its GETs refuse.
+func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (l *listing, due bool, warn []*fileNode) {
 	l = f.ns.held(dir)
 	if l == nil {
-		return nil, false, 0, nil
+		return nil, false, nil
 	}
 	f.healMu.Lock()
 	defer f.healMu.Unlock()
@@ -917,14 +939,13 @@ func (f *FS) listingShows(dir string, nodes map[*fileNode]bool) (l *listing, due
 				due = true
 				continue
 			}
-			disagree++
 			if !f.disagreed[ino] {
 				f.disagreed[ino] = true
 				warn = append(warn, n)
 			}
 		}
 	}
-	return l, due, disagree, warn
+	return l, due, warn
 }
 
 // fail maps err to an errno, logging the ones a user needs to see.
