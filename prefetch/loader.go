@@ -218,12 +218,13 @@ type Loader struct {
 	// holds, at most maxCopied: prefetch leaves them alone (a read of one
 	// through the loader fetches it, and takes it out again).
 	copied map[objVersion]struct{} // guarded by mu
-	// gaveUp holds the blocks whose fetch gave up (store.ErrGaveUp) on a
-	// read in the last gaveUpFor, at most maxGaveUp, until a read takes
-	// the error: the kernel asks again for a page whose read failed, at
-	// once, and that second read waited a whole --io-timeout more for a
-	// store that is down. One read only: the next asks the store, which
-	// may be back. Prefetch leaves these blocks alone meanwhile.
+	// gaveUp holds the blocks whose fetch gave up (store.ErrGaveUp) on
+	// reads in the last gaveUpFor, at most maxGaveUp, until as many reads
+	// took the error: the kernel asks again for a page whose read failed,
+	// at once, and that second read waited a whole --io-timeout more for a
+	// store that is down. One retry for each read that failed: the read
+	// after them asks the store, which may be back. Prefetch leaves these
+	// blocks alone meanwhile.
 	gaveUp map[cache.Key]gaveUp // guarded by mu
 
 	pushq   chan push // blocks waiting for a pusher; nil unless CrossFile
@@ -244,10 +245,12 @@ const (
 	landTail   landing = 1 << 2
 )
 
-// gaveUp is a fetch that gave up, and when.
+// gaveUp is a fetch that gave up, when, and how many more reads get its
+// error: one for each read it was handed (each has its kernel's retry).
 type gaveUp struct {
-	err error
-	at  time.Time
+	err  error
+	at   time.Time
+	left int
 }
 
 const (
@@ -277,6 +280,7 @@ type flight struct {
 	queued  bool          // guarded by Loader.mu: in a run, behind the block its GET reads now
 	refs    int           // guarded by Loader.mu
 	used    bool          // guarded by Loader.mu: a read has taken it
+	reads   int           // guarded by Loader.mu: the reads that took it
 	stream  bool          // guarded by Loader.mu: kept for a sequential reader's next piece
 	elem    *list.Element // guarded by Loader.mu: position in lru while ready
 	readyAt time.Time     // guarded by Loader.mu
@@ -628,6 +632,7 @@ func (l *Loader) joinLocked(k cache.Key) *flight {
 		l.stats.PrefetchUsed.Add(1)
 	}
 	f.used = true
+	f.reads++
 	return f
 }
 
@@ -652,7 +657,11 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 		}
 		if looked == 2 || looked == 1 && !l.tierHas(k) {
 			if g, ok := l.gaveUp[k]; ok {
-				delete(l.gaveUp, k)
+				if g.left--; g.left <= 0 || time.Since(g.at) >= gaveUpFor {
+					delete(l.gaveUp, k)
+				} else {
+					l.gaveUp[k] = g
+				}
 				if time.Since(g.at) < gaveUpFor {
 					l.mu.Unlock()
 					return handle{}, g.err
@@ -661,6 +670,7 @@ func (l *Loader) startRead(obj store.Object, i int64) (handle, error) {
 			f := l.newReadFlightLocked(obj, i, n)
 			f.refs++ // the reader's
 			f.used = true
+			f.reads++
 			l.mu.Unlock()
 			return handle{f: f}, nil
 		}
@@ -989,10 +999,10 @@ func (l *Loader) finish(f *flight, data []byte, err error) {
 	if err != nil {
 		close(f.done)
 	}
-	if errors.Is(err, store.ErrGaveUp) && f.used {
+	if errors.Is(err, store.ErrGaveUp) && f.reads > 0 {
 		// Only a failure a read was handed: a prefetch that gave up with
 		// no reader must not fail a read that has not tried.
-		l.rememberGaveUpLocked(f.key, err)
+		l.rememberGaveUpLocked(f.key, err, f.reads)
 	}
 	if f.prefetch {
 		l.pflights--
@@ -1040,7 +1050,7 @@ func (l *Loader) gaveUpLocked(k cache.Key) bool {
 // rememberGaveUpLocked files k's fetch that gave up with err, dropping the
 // entries older than gaveUpFor when the map is full (all of them if none
 // is).
-func (l *Loader) rememberGaveUpLocked(k cache.Key, err error) {
+func (l *Loader) rememberGaveUpLocked(k cache.Key, err error, reads int) {
 	now := time.Now()
 	if len(l.gaveUp) >= maxGaveUp {
 		for key, g := range l.gaveUp {
@@ -1052,7 +1062,7 @@ func (l *Loader) rememberGaveUpLocked(k cache.Key, err error) {
 			clear(l.gaveUp)
 		}
 	}
-	l.gaveUp[k] = gaveUp{err: err, at: now}
+	l.gaveUp[k] = gaveUp{err: err, at: now, left: reads}
 }
 
 // fetchErr counts the bytes a fetch of the block at off got and wraps its

@@ -379,6 +379,47 @@ func TestRetryAfterGiveUpOnABusyLoader(t *testing.T) {
 	}
 }
 
+// Two reads that shared a fetch which gave up each have their kernel's
+// retry: both retries fail at once, and the read after them asks the store.
+func TestGiveUpOneRetryPerRead(t *testing.T) {
+	st := newFakeStore()
+	obj := st.add("two", 4096)
+	st.gate = make(chan struct{})
+	st.fail = func(store.Object) error {
+		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
+	}
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: 4096, Stats: stats})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0)
+			errs <- err
+		}()
+	}
+	waitFor(t, "the second read to join the first one's fetch", func() bool { return stats.Shared.Load() == 1 })
+	close(st.gate)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, store.ErrGaveUp) {
+			t.Fatalf("read: %v, want it to give up", err)
+		}
+	}
+	for i := range 2 {
+		if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); !errors.Is(err, store.ErrGaveUp) {
+			t.Fatalf("retry %d: %v, want the fetch's error", i+1, err)
+		}
+	}
+	if n := st.gets.Load(); n != 1 {
+		t.Fatalf("%d GETs after two failed reads and their retries, want 1", n)
+	}
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
+		t.Fatalf("the read after the retries, the store back: %v", err)
+	}
+}
+
 // A prefetch that gave up with no reader waiting leaves no failure behind:
 // a reader's first read of the block asks the store, which may be back.
 func TestPrefetchGiveUpFailsNoRead(t *testing.T) {

@@ -44,6 +44,7 @@ type sweeper struct {
 
 type sweepDir struct {
 	opens   int
+	first   string // the key of the first file opened: opening it again is no spread
 	queued  bool
 	counted bool // in its parent's spread: it holds a swept directory
 }
@@ -87,6 +88,16 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	need := sweepAfter
 	if s.spreadOverLocked(dir) {
 		need = 1
+	}
+	// Opens of distinct files: a file read again (a re-read, or the
+	// kernel's retry of a failed read, which comes to a new reader) is not
+	// a second file of the directory, and swept it whole.
+	if d.opens == 1 && obj.Key == d.first && need > 1 {
+		s.mu.Unlock()
+		return
+	}
+	if d.opens == 0 {
+		d.first = obj.Key
 	}
 	if d.opens++; d.opens < need {
 		s.mu.Unlock()

@@ -72,6 +72,29 @@ func TestSweep(t *testing.T) {
 // one parent (two files opened in each), every other directory of that
 // parent is swept too, and no directory of another parent; reads over one
 // directory fewer sweep only the directories read.
+// One file opened twice is not two files of its directory: the kernel's
+// retry of a failed read, or a job's re-read of one file, comes to a new
+// reader, and a single failed read swept a whole directory (14,000 GETs).
+func TestSweepCountsDistinctFiles(t *testing.T) {
+	st := newFakeStore()
+	a := addFiles(st, "a", 60, 1000)
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: a})
+	for range 3 {
+		if _, err := readAll(context.Background(), l, a[7], 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := fetchedFiles(st, a); n != 1 {
+		t.Fatalf("%d files of a fetched after one file was opened three times, want 1: no sweep", n)
+	}
+	if _, err := readAll(context.Background(), l, a[8], 4096); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sweep after a second file", func() bool { return fetchedFiles(st, a) == len(a) })
+}
+
 func TestSweepSpreads(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
