@@ -405,25 +405,34 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *gofuse.EntryOut)
 }
 
 // storeAnswer is what a HEAD said of a stale version's key: the object
-// under it now, or that there is none.
+// under it, or that there is none, as of at (sent then).
 type storeAnswer struct {
 	obj  store.Object
 	gone bool
+	at   time.Time
 }
 
 // current is the version of a listed object a lookup hands out: for a
 // version a read found changed or deleted after its listing was made, what
 // the store said of its key since (askLoop asks while heal lists the
-// directory again), until that listing lands. Otherwise a job that opens the file
-// again after ESTALE would get ESTALE for as long as the LIST takes (a
-// minute for a million files). Lookups never wait on the store here: a
-// readdir looks up every name it lists.
+// directory again), until that listing lands. Otherwise a job that opens
+// the file again after ESTALE would get ESTALE for as long as the LIST
+// takes (a minute for a million files). Lookups never wait on the store
+// here: a readdir looks up every name it lists. An answer from before the
+// version went stale (an earlier change of the key) is not the store's
+// word on it.
 func (f *FS) current(dir string, obj store.Object) (store.Object, error) {
 	f.healMu.Lock()
 	since, stale := f.staleSince[fileIno(obj)]
 	ans, known := f.answers[obj.Key]
+	// An answer whose own version went stale since is no better.
+	answerStale := false
+	if known && !ans.gone {
+		s, ok := f.staleSince[fileIno(ans.obj)]
+		answerStale = ok && !s.Before(ans.at)
+	}
 	f.healMu.Unlock()
-	if !stale || !known {
+	if !stale || !known || ans.at.Before(since) || answerStale {
 		return obj, nil
 	}
 	if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
@@ -498,18 +507,23 @@ func (f *FS) askStore(nodes map[*fileNode]bool) {
 		}
 		key := n.obj.Key
 		g.Go(func() error {
+			at := f.ns.now()
 			now, err := f.cfg.Store.Stat(gctx, key)
-			ans := storeAnswer{obj: now}
+			ans := storeAnswer{obj: now, at: at}
 			switch {
 			case errors.Is(err, store.ErrNotExist):
-				ans = storeAnswer{gone: true}
+				ans = storeAnswer{gone: true, at: at}
 			case err != nil:
 				f.log.Debug("asking the store for a changed object failed; its directory's relisting will tell", "key", key, "err", err)
 				return nil
 			}
 			f.healMu.Lock()
-			if _, stale := f.staleSince[ino]; stale { // not cleared meanwhile
-				f.answers[key] = ans
+			// Not cleared meanwhile, and no later word on the key (two
+			// versions of it asked about at once).
+			if _, stale := f.staleSince[ino]; stale {
+				if old, ok := f.answers[key]; !ok || !ans.at.Before(old.at) {
+					f.answers[key] = ans
+				}
 			}
 			f.healMu.Unlock()
 			return nil
@@ -722,11 +736,11 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 // healStale asks the store about n's key (askLoop) and lists n's directory
 // again (heal) after a read found its object changed or deleted since it
 // was listed (unless the listing knows already), and drops the kernel's
-// entry for it:
-// the next open looks it up and gets the object as it is now, instead of
-// ESTALE until the metadata TTL passes (an hour by default: every epoch of
-// a job would fail on a re-uploaded file). Files open keep their version, and their reads stay
-// ESTALE: no read mixes versions. One goroutine per directory at most
+// entry for it: the next open looks it up and gets the object as it is
+// now, instead of ESTALE until the metadata TTL passes (an hour by
+// default: every epoch of a job would fail on a re-uploaded file). Files
+// open keep their version, and their reads stay ESTALE: no read mixes
+// versions. One goroutine per directory at most
 // (heal), which takes the files that go stale while it runs too.
 func (f *FS) healStale(n *fileNode) {
 	dir, _ := splitKey(n.obj.Key)

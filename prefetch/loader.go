@@ -261,6 +261,8 @@ const (
 	// maxGaveUp bounds gaveUp: a mount whose store is down fails every
 	// block it is asked for.
 	maxGaveUp = 4096
+	// maxRetriesPerGiveUp bounds the reads one give-up fails at once.
+	maxRetriesPerGiveUp = 4
 )
 
 // flight is one fetch of one block and, once done, the block itself. It is
@@ -1062,7 +1064,9 @@ func (l *Loader) rememberGaveUpLocked(k cache.Key, err error, reads int) {
 			clear(l.gaveUp)
 		}
 	}
-	l.gaveUp[k] = gaveUp{err: err, at: now, left: reads}
+	// A read(2) of a large block sends several READs, and retries only the
+	// page it waits on: a few retries at most.
+	l.gaveUp[k] = gaveUp{err: err, at: now, left: min(reads, maxRetriesPerGiveUp)}
 }
 
 // fetchErr counts the bytes a fetch of the block at off got and wraps its

@@ -68,10 +68,6 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestSweepSpreads: once reads have spread over spreadAfter directories of
-// one parent (two files opened in each), every other directory of that
-// parent is swept too, and no directory of another parent; reads over one
-// directory fewer sweep only the directories read.
 // One file opened twice is not two files of its directory: the kernel's
 // retry of a failed read, or a job's re-read of one file, comes to a new
 // reader, and a single failed read swept a whole directory (14,000 GETs).
@@ -95,6 +91,10 @@ func TestSweepCountsDistinctFiles(t *testing.T) {
 	waitFor(t, "the sweep after a second file", func() bool { return fetchedFiles(st, a) == len(a) })
 }
 
+// TestSweepSpreads: once reads have spread over spreadAfter directories of
+// one parent (two files opened in each), every other directory of that
+// parent is swept too, and no directory of another parent; reads over one
+// directory fewer sweep only the directories read.
 func TestSweepSpreads(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
