@@ -44,7 +44,7 @@ type sweeper struct {
 
 type sweepDir struct {
 	opens   int
-	first   string // the key of the first file opened: opening it again is no spread
+	first   string // the key of the first file opened: opening it again counts no more
 	queued  bool
 	counted bool // in its parent's spread: it holds a swept directory
 }
@@ -91,7 +91,8 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	// Opens of distinct files: a file read again (a re-read, or the
 	// kernel's retry of a failed read, which comes to a new reader) is not
-	// a second file of the directory, and swept it whole.
+	// a second file of the directory (counted as one, it swept the
+	// directory whole).
 	if d.opens == 1 && obj.Key == d.first && need > 1 {
 		s.mu.Unlock()
 		return
