@@ -326,9 +326,9 @@ func epochModel(b Summary, tCompute float64, samples int64) (cold, warm float64,
 	perSample := float64(samples) / float64(b.SamplesPerEpoch)
 	noLoss = b.TComputeS <= 0
 	model := func(first, io, stall float64) float64 {
-		loss := max(0, b.TComputeS+stall-max(b.TComputeS, io))
-		if noLoss {
-			loss = 0
+		var loss float64
+		if !noLoss {
+			loss = max(0, b.TComputeS+stall-max(b.TComputeS, io))
 		}
 		return first + max(tCompute, io*perSample) + loss*perSample
 	}
@@ -381,8 +381,8 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, in Score
 		// No cost for an offer that makes no progress: a 0 would read as free.
 		perEpoch, per1M, perUnit, jobH, job := "-", "-", "-", "-", "-"
 		if s.Usable() {
-			perEpoch, per1M, perUnit = costText(s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
-			jobH, job = costText(s.JobH), costText(s.JobCost)
+			perEpoch, per1M, perUnit = figureText(s.CostPerEpoch), fmt.Sprintf("%.3f", s.CostPer1M), fmt.Sprintf("%.0f", s.SamplesPerCurrency)
+			jobH, job = figureText(s.JobH), figureText(s.JobCost)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%dx %s\t%.2f\t%s\t%.0f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", s.Rank, s.Name, s.Count, s.GPU,
 			s.PricePerHour, spot, s.XCompute, s.FIO, s.Goodput, s.XEff, perEpoch, per1M, perUnit, jobH, job)
@@ -410,10 +410,11 @@ func WriteScoreTable(w io.Writer, scores []OfferScore, currency string, in Score
 	return ew.err
 }
 
-// costText shows a cost (or hours) in whole units from 100, with cents from 1, and
-// with three significant digits below (the epochs of a small bench's
-// dataset cost fractions of a cent), never in exponent form.
-func costText(v float64) string {
+// figureText shows a cost or a number of hours in whole units from 100,
+// with two decimals from 1, and with three significant digits below (the
+// epochs of a small bench's dataset cost fractions of a cent), never in
+// exponent form.
+func figureText(v float64) string {
 	switch {
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)

@@ -451,8 +451,8 @@ func TestCostText(t *testing.T) {
 		v    float64
 		want string
 	}{{12345.6, "12346"}, {100, "100"}, {99.994, "99.99"}, {1, "1.00"}, {0, "0.00"}, {0.034125, "0.0341"}, {0.00034125, "0.000341"}} {
-		if got := costText(c.v); got != c.want {
-			t.Errorf("costText(%v) = %q, want %q", c.v, got, c.want)
+		if got := figureText(c.v); got != c.want {
+			t.Errorf("figureText(%v) = %q, want %q", c.v, got, c.want)
 		}
 	}
 }

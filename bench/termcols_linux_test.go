@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dataccel/dataccel/internal/testenv"
 )
 
 // TestProgressTermCols: the width comes from the terminal w writes to; a buffer or
@@ -15,7 +17,7 @@ import (
 func TestProgressTermCols(t *testing.T) {
 	pty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
+		testenv.Missing(t, "no pseudo-terminal (/dev/ptmx): %v", err)
 	}
 	defer pty.Close()
 	if err := unix.IoctlSetWinsize(int(pty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 30, Col: 100}); err != nil {

@@ -417,7 +417,7 @@ type storeAnswer struct {
 // the store said of its key since (askLoop asks while heal lists the
 // directory again), until that listing lands. Otherwise a job that opens
 // the file again after ESTALE would get ESTALE for as long as the LIST
-// takes (a minute for a million files). Lookups never wait on the store
+// takes, long in a large directory. Lookups never wait on the store
 // here: a readdir looks up every name it lists. An answer from before the
 // version went stale (an earlier change of the key) is not the store's
 // word on it.
@@ -462,7 +462,7 @@ const (
 // askLoop serves healStale's queue of files to ask the store about until
 // it is empty: a round of HEADs, then the kernel's entries of those names
 // dropped, so that the next open gets the object as it is now without
-// waiting for the directory's LIST (a minute for a million files).
+// waiting for the directory's LIST, long in a large directory.
 func (f *FS) askLoop() {
 	for {
 		f.healMu.Lock()

@@ -614,8 +614,8 @@ func TestChangedObjectHeals(t *testing.T) {
 	}
 }
 
-// heldLists holds every LIST while held is set: a directory whose listing
-// takes long (a million files take a minute).
+// heldLists holds every LIST while held is set, as a large directory's
+// listing takes long.
 type heldLists struct {
 	store.Store
 	held atomic.Pointer[chan struct{}]
@@ -773,7 +773,7 @@ func (c *countedHeads) Stat(ctx context.Context, key string) (store.Object, erro
 // The store is asked about each stale file once, in the background: a
 // readdir, which looks up every name it lists, sends no HEAD of its own
 // (it sent one per stale name, one after another, on every readdir until
-// the relisting landed: minutes for thousands of stale files), and gets
+// the relisting landed, long with thousands of stale files), and gets
 // the new versions.
 func TestStaleFilesAskedOnce(t *testing.T) {
 	bucket := srv.NewBucket(t)

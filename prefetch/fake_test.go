@@ -3,6 +3,7 @@ package prefetch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -72,6 +73,19 @@ type fakeStore struct {
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{seq: &atomic.Int64{}, objs: map[string]store.Object{}, seeds: map[string]int64{}}
+}
+
+// setDown makes every GET fail as Retrying fails one that gave up on a
+// store that is down (store.ErrGaveUp), or, with false, succeed again.
+func (s *fakeStore) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = nil
+	if down {
+		s.fail = func(store.Object) error {
+			return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
+		}
+	}
 }
 
 // add creates an object of size bytes and returns its metadata.

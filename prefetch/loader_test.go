@@ -322,10 +322,7 @@ func TestStoreErrorReachesAllWaitersAndIsNotCached(t *testing.T) {
 func TestReadAfterGiveUpFailsAtOnce(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("g", 5000)
-	down := fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
-	st.mu.Lock()
-	st.fail = func(store.Object) error { return down }
-	st.mu.Unlock()
+	st.setDown(true)
 	l := newTestLoader(t, st, nil, Options{})
 	p := make([]byte, 100)
 	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); !errors.Is(err, store.ErrGaveUp) {
@@ -341,9 +338,7 @@ func TestReadAfterGiveUpFailsAtOnce(t *testing.T) {
 	if took := time.Since(gaveUpAt); took >= gaveUpFor {
 		t.Fatalf("the second read took %s, past gaveUpFor: nothing checked", took)
 	}
-	st.mu.Lock()
-	st.fail = nil
-	st.mu.Unlock()
+	st.setDown(false)
 	if _, err := l.Open(obj).ReadAt(context.Background(), p, 0); err != nil {
 		t.Fatalf("the third read, the store back: %v", err)
 	}
@@ -359,9 +354,7 @@ func TestReadAfterGiveUpFailsAtOnce(t *testing.T) {
 func TestRetryAfterGiveUpOnABusyLoader(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("big", 2*4096)
-	st.fail = func(store.Object) error {
-		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
-	}
+	st.setDown(true)
 	stats := &Stats{}
 	l := newTestLoader(t, st, nil, Options{BlockSize: 4096, StreamAt: 1, Stats: stats})
 	stats.Inflight.Add(5) // other readers' GETs in flight
@@ -385,9 +378,7 @@ func TestGiveUpOneRetryPerRead(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("two", 4096)
 	st.gate = make(chan struct{})
-	st.fail = func(store.Object) error {
-		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
-	}
+	st.setDown(true)
 	stats := &Stats{}
 	l := newTestLoader(t, st, nil, Options{BlockSize: 4096, Stats: stats})
 	errs := make(chan error, 2)
@@ -412,9 +403,7 @@ func TestGiveUpOneRetryPerRead(t *testing.T) {
 	if n := st.gets.Load(); n != 1 {
 		t.Fatalf("%d GETs after two failed reads and their retries, want 1", n)
 	}
-	st.mu.Lock()
-	st.fail = nil
-	st.mu.Unlock()
+	st.setDown(false)
 	if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
 		t.Fatalf("the read after the retries, the store back: %v", err)
 	}
@@ -425,11 +414,7 @@ func TestGiveUpOneRetryPerRead(t *testing.T) {
 func TestPrefetchGiveUpFailsNoRead(t *testing.T) {
 	st := newFakeStore()
 	obj := st.add("pf", 4096)
-	st.mu.Lock()
-	st.fail = func(store.Object) error {
-		return fmt.Errorf("get: %w (io timeout 1m): %w", store.ErrGaveUp, errors.New("connection refused"))
-	}
-	st.mu.Unlock()
+	st.setDown(true)
 	l := newTestLoader(t, st, nil, Options{BlockSize: 4096})
 	l.startPrefetch(obj, 0)
 	waitFor(t, "the prefetch to fail", func() bool {
@@ -437,9 +422,7 @@ func TestPrefetchGiveUpFailsNoRead(t *testing.T) {
 		defer l.mu.Unlock()
 		return st.gets.Load() > 0 && l.flights[l.key(obj, 0)] == nil
 	})
-	st.mu.Lock()
-	st.fail = nil // the store is back
-	st.mu.Unlock()
+	st.setDown(false) // the store is back
 	if _, err := l.Open(obj).ReadAt(context.Background(), make([]byte, 10), 0); err != nil {
 		t.Fatalf("a reader's first read after a prefetch gave up, the store back: %v", err)
 	}

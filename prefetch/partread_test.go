@@ -190,7 +190,7 @@ func TestRandomReaderFetchesPartsPastAFullDisk(t *testing.T) {
 	// Each block whole once or twice (its chance, and a few reads in a row
 	// near each other), then parts; a whole block per read would be 400.
 	// (How many reads the tiers serve, and so how many parts and whole
-	// blocks, moves with when the disk writer refuses: 64-289 parts here.)
+	// blocks, moves with when the disk writer refuses.)
 	if parts == 0 || got > 2*blocks*bs+read {
 		t.Fatalf("%d part GETs and %d bytes fetched for %d read, want parts once the disk refuses blocks", parts, got, read)
 	}
