@@ -549,6 +549,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if !d.IsRoot() {
 		d.fsys.walk.listed(d.key)
 	}
+	answered := d.fsys.answeredIn(d.key, l)
 	out := make([]gofuse.DirEntry, 0, len(l.entries)+2)
 	// "." and ".." as every file system lists them (ls -a); loaders'
 	// listings (os.scandir, os.ReadDir) skip them.
@@ -559,13 +560,60 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 			d.fsys.warnShadowed(l)
 			continue
 		}
-		if e.dir {
+		switch {
+		case e.dir:
 			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFDIR, Ino: inoOf(d.key + e.name + "/")})
-		} else {
+		case answered[e.name]:
+			// Listed as lookups see it (current): a name whose object the
+			// store says is gone is not listed, so that ls -l does not
+			// show it as "?" until the relisting lands.
+			obj, err := d.fsys.current(d.key, e.obj)
+			if err != nil {
+				continue
+			}
+			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFREG, Ino: fileIno(obj)})
+		default:
 			out = append(out, gofuse.DirEntry{Name: e.name, Mode: syscall.S_IFREG, Ino: fileIno(e.obj)})
 		}
 	}
 	return gofs.NewListDirStream(out), 0
+}
+
+// answeredIn returns the names of l (dir's listing) that the store has
+// been asked about since a read found them stale (nil when none): the
+// entries whose listed version current may replace. One lock for the
+// whole listing, over the smaller of the answers and the entries.
+func (f *FS) answeredIn(dir string, l *listing) map[string]bool {
+	f.healMu.Lock()
+	defer f.healMu.Unlock()
+	var names map[string]bool
+	add := func(name string) {
+		if names == nil {
+			names = map[string]bool{}
+		}
+		names[name] = true
+	}
+	if len(f.answers) <= len(l.entries) {
+		for key := range f.answers {
+			if d, name := splitKey(key); d == dir {
+				if e, ok := lookUp(l, name); ok && !e.dir {
+					add(name)
+				}
+			}
+		}
+		return names
+	}
+	key := []byte(dir)
+	for _, e := range l.entries {
+		if e.dir {
+			continue
+		}
+		key = append(key[:len(dir)], e.name...)
+		if _, ok := f.answers[string(key)]; ok { // no allocation for the lookup
+			add(e.name)
+		}
+	}
+	return names
 }
 
 // fileNode is one version of one object: its metadata never changes. A

@@ -10,11 +10,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -673,6 +675,25 @@ func TestReopenAfterStaleWithoutRelisting(t *testing.T) {
 		_, err := os.ReadFile(p("deleted"))
 		return errors.Is(err, os.ErrNotExist)
 	})
+	// A listing agrees with the lookups: the deleted name is not listed
+	// (ls -l showed it as "?"), and the changed one has its new size.
+	ents, err := os.ReadDir(filepath.Join(mnt, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			t.Errorf("stat of listed %s: %v", e.Name(), err)
+		} else if e.Name() == "changed" && fi.Size() != int64(len(v2)) {
+			t.Errorf("listed changed has %d bytes, want the new version's %d", fi.Size(), len(v2))
+		}
+	}
+	if !slices.Equal(names, []string{"changed"}) {
+		t.Errorf("d/ lists %q while it is being listed again, want only [changed]", names)
+	}
 }
 
 // An object overwritten twice while its directory is being listed again
@@ -754,6 +775,42 @@ func TestCurrentIgnoresAnOlderAnswer(t *testing.T) {
 			got, err := f.current("d/", listed)
 			if c.want == nil && (err != nil || got != listed) || c.want != nil && !errors.Is(err, c.want) {
 				t.Errorf("current = %+v, %v; want the listed version (nil) or %v: %v", got, err, c.want, c.want)
+			}
+		})
+	}
+}
+
+// answeredIn finds the answered files of a listing whichever side it walks
+// (the answers when fewer, else the entries), and only those in that
+// directory: not a subdirectory, nor a file of another directory.
+func TestAnsweredIn(t *testing.T) {
+	objs := map[string][]byte{"d/a": nil, "d/b": nil, "d/c": nil, "d/sub/a": nil, "e/a": nil}
+	f := newFS(Config{Store: memStore{objs: objs}, MetadataTTL: time.Hour})
+	t.Cleanup(f.stop)
+	l, err := f.ns.list(context.Background(), "d/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		answers []string
+		want    []string
+	}{
+		{"none", nil, nil},
+		{"fewer answers than entries", []string{"d/b"}, []string{"b"}},
+		{"more answers than entries", []string{"d/a", "d/c", "d/sub/a", "e/a", "d/gone", "f/x"}, []string{"a", "c"}},
+		{"only other directories", []string{"d/sub/a", "e/a", "x/a", "y/a", "z/a"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.healMu.Lock()
+			clear(f.answers)
+			for _, k := range c.answers {
+				f.answers[k] = storeAnswer{gone: true}
+			}
+			f.healMu.Unlock()
+			got := slices.Sorted(maps.Keys(f.answeredIn("d/", l)))
+			if !slices.Equal(got, c.want) {
+				t.Errorf("answeredIn = %q, want %q", got, c.want)
 			}
 		})
 	}
