@@ -191,7 +191,7 @@ func TestRestartServesFromCache(t *testing.T) {
 			st := srv.NewBucket(t)
 			files := dataset(t, st, "ds/", 150, 40<<10)
 			cacheDir := t.TempDir()
-			args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "1GiB", "--ram-cache-size", ram, "s3://" + st.Bucket() + "/ds"}
+			args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--cache-size", "1GiB", "--ram-cache-size", ram, "--manifest", "reuse", "s3://" + st.Bucket() + "/ds"}
 			m := startMount(t, t.TempDir(), args...)
 			readAllFiles(t, m.dir, files)
 			first := m.stats(t)
@@ -236,7 +236,7 @@ func TestStaleManifest(t *testing.T) {
 	files := dataset(t, st, "ds/", 20, 10<<10)
 	cacheDir := t.TempDir()
 	args := func(ttl string) []string {
-		return []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl, "s3://" + st.Bucket() + "/ds"}
+		return []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl, "--manifest", "reuse", "s3://" + st.Bucket() + "/ds"}
 	}
 	m := startMount(t, t.TempDir(), args("1h")...)
 	readAllFiles(t, m.dir, files)
@@ -269,6 +269,57 @@ func TestStaleManifest(t *testing.T) {
 	}
 }
 
+// TestRestartSeesChanges: by default a remount on the same cache dir lists
+// the store, so that a job started after its dataset changed reads it as
+// it is now: an object overwritten since reads its new bytes though the old
+// ones are cached, a deleted one is gone and an added one is there, while
+// the unchanged objects still come from the disk cache. The manifest made
+// the remount read the old bytes, list the deleted name and miss the added
+// one for an hour (--metadata-ttl from the first listing).
+func TestRestartSeesChanges(t *testing.T) {
+	st := srv.NewBucket(t)
+	files := dataset(t, st, "ds/", 20, 10<<10)
+	cacheDir := t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
+	m := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m.dir, files)
+	m.unmount(t)
+
+	const changed, gone, added = "c00/img00000.jpg", "c01/img00001.jpg", "c02/new.jpg"
+	files[changed] = bytes.Repeat([]byte("v2"), len(files[changed])/2)
+	files[added] = []byte("added")
+	for _, rel := range []string{changed, added} {
+		if _, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, files[rel]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Remove(context.Background(), "ds/"+gone); err != nil {
+		t.Fatal(err)
+	}
+	delete(files, gone)
+
+	m2 := startMount(t, t.TempDir(), args...)
+	readAllFiles(t, m2.dir, files)
+	if _, err := os.Stat(filepath.Join(m2.dir, gone)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a deleted object: %v, want it gone", err)
+	}
+	ents, err := os.ReadDir(filepath.Join(m2.dir, path.Dir(gone)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == path.Base(gone) {
+			t.Errorf("the deleted object is still listed")
+		}
+	}
+	// One GET for the new bytes and one for the added object, none for
+	// the rest.
+	if s := m2.stats(t); s["store_requests_get_total"] > 2 || s["cache_disk_hits_total"] < int64(len(files)-2) {
+		t.Errorf("remount: %d GETs, %d disk hits for %d files of which 2 new; want the unchanged ones from the cache",
+			s["store_requests_get_total"], s["cache_disk_hits_total"], len(files))
+	}
+}
+
 // TestEmptyMountWarns: a prefix with nothing under it, or an object's key
 // given as the prefix, mounts (the data may land later) but says so: the
 // job would otherwise read an empty dataset without a word.
@@ -295,7 +346,7 @@ func readThroughCache(t *testing.T, n int) (st *s3.Store, files map[string][]byt
 	st = srv.NewBucket(t)
 	files = dataset(t, st, "ds/", n, 4<<10)
 	cacheDir = t.TempDir()
-	args = []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket() + "/ds"}
+	args = []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--manifest", "reuse", "s3://" + st.Bucket() + "/ds"}
 	m = startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m.dir, files)
 	return st, files, cacheDir, args, m
@@ -331,7 +382,7 @@ func TestManifestRedated(t *testing.T) {
 	files := dataset(t, st, "ds/", 20, 4<<10)
 	cacheDir := t.TempDir()
 	const ttl = 6 * time.Second
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl.String(), "s3://" + st.Bucket() + "/ds"}
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl.String(), "--manifest", "reuse", "s3://" + st.Bucket() + "/ds"}
 	listed := time.Now()
 	m := startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m.dir, files)

@@ -98,7 +98,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.passthroughMin, "passthrough-min-size", "0", "serve files at least this large (e.g. 16MiB) from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): warm epochs of large files as fast as a local disk; each open of such a file waits for its whole copy (every byte fetched), so for jobs that read large files whole; it costs each open a round trip, and turns off for good once small files dominate the opens; 0: off")
 	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
 	fl.BoolVar(&f.hedge, "hedge", true, "send a second GET for a small object a read waits on whose first byte is late (at most 5% extra GETs, fewer while duplicates seldom answer first); prefetch is not hedged")
-	fl.StringVar(&f.manifest, "manifest", "reuse", "namespace manifest in --cache-dir, the directory listings this mount made, for the next one: reuse (load it; list other directories on demand), refresh (load it, then list its directories again in the background), off")
+	fl.StringVar(&f.manifest, "manifest", "off", "namespace manifest in --cache-dir, the directory listings this mount made, for the next mount on the cache dir: reuse (load it and trust it until --metadata-ttl passes from its listing: objects changed since read as they were, so only for a dataset that does not change, such as a versioned prefix), refresh (load it, list its directories again in the background, and trust each until then), off (list the store: a restart sees the dataset as it is; cached blocks of unchanged objects still serve)")
 	f.wait.register(fl, "how long a read retries a failing store before it fails with EIO")
 
 	fl.StringVar(&f.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9100)")
@@ -482,10 +482,17 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		switch {
 		case err == nil:
 			preload, preloadListed = m.Dirs, m.Created
-			logger.Info("namespace manifest loaded", "directories", len(m.Dirs), "files", m.Files(), "created", m.Created.Format(time.RFC3339))
-			if age := time.Since(m.Created); age >= f.metadataTTL {
-				logger.Info("namespace manifest older than --metadata-ttl: its directories are listed again as they are read",
-					"age", age.Round(time.Second).String())
+			age := time.Since(m.Created).Round(time.Second)
+			switch {
+			case age >= f.metadataTTL:
+				logger.Info("namespace manifest older than --metadata-ttl, not used: its directories are listed again as they are read",
+					"directories", len(m.Dirs), "age", age.String())
+			case p.manifestMode == "refresh":
+				logger.Info("namespace manifest loaded: its listings serve until each directory is listed again, in the background; objects changed since read as they were until then",
+					"directories", len(m.Dirs), "files", m.Files(), "age", age.String())
+			default:
+				logger.Info("namespace manifest loaded: its listings are trusted until --metadata-ttl passes from when they were made; objects changed since read as they were until then (--manifest off lists the store)",
+					"directories", len(m.Dirs), "files", m.Files(), "age", age.String(), "trusted_until", m.Created.Add(f.metadataTTL).Format(time.RFC3339))
 			}
 		case !errors.Is(err, os.ErrNotExist):
 			logger.Warn("namespace manifest unusable; listing instead", "err", err)
