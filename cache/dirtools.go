@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,30 @@ type DirStat struct {
 	Compressed int64 // live blocks stored compressed
 	Unreadable int64 // segments that end in bytes that are not a record (or could not be read)
 	TempFiles  int64 // files that are not segments: leftovers (of a format 1 cache, too)
+}
+
+// ErrInUse: another process (a mount, warm, purge) holds the cache
+// directory.
+var ErrInUse = errors.New("in use by another process")
+
+// InUse says whether another process holds the cache directory dir, without
+// taking it: false for a directory that is not a cache yet.
+func InUse(dir string) (bool, error) {
+	f, err := os.Open(filepath.Join(dir, MarkerName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close() // releases the lock taken below
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return false, nil
 }
 
 // CheckDir refuses a directory without the marker file: not a cache, or
@@ -257,18 +282,33 @@ func leftovers(dir string) (others, oldDirs []string, oldFiles int64, err error)
 // runs also (if set: what else the caller keeps in dir) with the lock
 // still held, so that a mount starting meanwhile fails to take the
 // directory rather than find half of it gone. It refuses a directory
-// without the marker and one that a Disk has open.
+// without the marker and one that a Disk has open. A marker of a format
+// this version does not know (a newer version's cache, or a damaged
+// marker) makes it empty the whole directory and mark it as this
+// version's: a Disk refuses such a directory, and the purge is the way
+// out that the refusal names.
 func PurgeDir(dir string, also func() error) error {
 	if err := CheckDir(dir); err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
 	}
-	f, err := os.Open(filepath.Join(dir, MarkerName))
+	marker := filepath.Join(dir, MarkerName)
+	f, err := os.Open(marker)
 	if err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("purge cache dir %s: in use by another process: %w", dir, err)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			err = ErrInUse
+		}
+		return fmt.Errorf("purge cache dir %s: %w", dir, err)
+	}
+	content, err := io.ReadAll(io.LimitReader(f, 256))
+	if err != nil {
+		return fmt.Errorf("purge cache dir %s: read %s: %w", dir, MarkerName, err)
+	}
+	if c := string(content); c != markerContent && c != markerFormat1 && c != "" {
+		return purgeUnknown(dir, marker)
 	}
 	segs, err := segmentPaths(filepath.Join(dir, segDirName))
 	if err != nil {
@@ -290,6 +330,28 @@ func PurgeDir(dir string, also func() error) error {
 	}
 	if also != nil {
 		return also()
+	}
+	return nil
+}
+
+// purgeUnknown empties dir, a cache of a format this version does not
+// know, but for its marker, which it then marks as this version's (the
+// same file, so the lock held on it stays).
+func purgeUnknown(dir, marker string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("purge cache dir %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if e.Name() == MarkerName {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("purge cache dir %s: %w", dir, err)
+		}
+	}
+	if err := os.WriteFile(marker, []byte(markerContent), 0o644); err != nil {
+		return fmt.Errorf("purge cache dir %s: mark it as this version's cache: %w", dir, err)
 	}
 	return nil
 }

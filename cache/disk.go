@@ -314,7 +314,7 @@ func (d *Disk) open() error {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return &configError{fmt.Errorf("new disk cache: %s is in use by another process", d.dir)}
+			return &configError{fmt.Errorf("new disk cache: %s: %w", d.dir, ErrInUse)}
 		}
 		return fmt.Errorf("lock cache dir: %w", err)
 	}
@@ -332,7 +332,8 @@ func (d *Disk) open() error {
 			return err
 		}
 	default:
-		return &configError{fmt.Errorf("new disk cache: %s holds an unknown cache format (%s says %q)", d.dir, MarkerName, strings.TrimSpace(content))}
+		return &configError{fmt.Errorf("new disk cache: %s holds an unknown cache format (%s says %q: a newer version's cache, or a damaged marker); "+
+			"`dataccel cache purge --cache-dir %s` empties it for this version, or give another --cache-dir", d.dir, MarkerName, strings.TrimSpace(content), d.dir)}
 	}
 	d.probeDirect(marker)
 	dead := d.loadState()

@@ -255,6 +255,45 @@ func TestDiskRefusesForeignAndBusyDirs(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second try on an unknown format: %v", err)
 	}
+	if !strings.Contains(err.Error(), "cache purge") {
+		t.Errorf("the refusal of an unknown format does not say how to recover: %v", err)
+	}
+}
+
+// A purge of a directory whose marker names a format this version does not
+// know (a newer version's, or a damaged marker) empties it and marks it as
+// this version's, so that a Disk opens it: the purge left the marker as it
+// was, reported success, and every mount still refused the directory.
+func TestPurgeUnknownFormat(t *testing.T) {
+	for _, marker := range []string{"dataccel block cache, format 9\n", "junk\n"} {
+		t.Run(strings.TrimSpace(marker), func(t *testing.T) {
+			dir := t.TempDir()
+			writeMarker(t, dir, marker)
+			for _, p := range []string{"segments/x", "newer/state", "manifest-1.gob.gz"} {
+				p = filepath.Join(dir, p)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := PurgeDir(dir, nil); err != nil {
+				t.Fatal(err)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) != 1 || ents[0].Name() != MarkerName {
+				t.Errorf("left after the purge: %v, want only the marker", ents)
+			}
+			openDisk(t, DiskOptions{Dir: dir, MaxBytes: 1 << 20, MinFreeFraction: -1})
+			if st, err := StatDir(dir); err != nil || st.Entries != 0 {
+				t.Errorf("the purged cache holds %+v, %v", st, err)
+			}
+		})
+	}
 }
 
 // TestDiskCorruption damages the middle record of a segment of three

@@ -49,32 +49,33 @@ func ResolveMountpoint(dir string) (string, error) {
 
 // CheckMountpoint says whether dir can be mounted on: it must exist, be a
 // directory, and not be a mount already. A stale FUSE mount left by a
-// crashed process ("transport endpoint is not connected") is detached first.
-func CheckMountpoint(dir string) error {
-	if err := cleanStale(dir); err != nil {
-		return err
+// crashed process ("transport endpoint is not connected") is detached
+// first; detached says what was (empty when nothing was), for the log.
+func CheckMountpoint(dir string) (detached string, err error) {
+	if detached, err = cleanStale(dir); err != nil {
+		return "", err
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("mountpoint %s does not exist", dir)
+			return detached, fmt.Errorf("mountpoint %s does not exist", dir)
 		}
-		return fmt.Errorf("mountpoint %s: %w", dir, err)
+		return detached, fmt.Errorf("mountpoint %s: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("mountpoint %s is not a directory", dir)
+		return detached, fmt.Errorf("mountpoint %s is not a directory", dir)
 	}
 	info, err := mountAt(dir)
 	if err != nil {
-		return err
+		return detached, err
 	}
 	// A volume (a Kubernetes emptyDir, a bind mount) is a fine place to
 	// mount on: that is how a sidecar shares the dataset. Another FUSE
 	// filesystem there is a mistake (a second dataccel, s3fs).
 	if isFUSE(info.fstype) {
-		return fmt.Errorf("mountpoint %s is already a mount point of %s (unmount it first)", dir, info.fstype)
+		return detached, fmt.Errorf("mountpoint %s is already a mount point of %s (unmount it first)", dir, info.fstype)
 	}
-	return nil
+	return detached, nil
 }
 
 // cleanStale detaches a FUSE mount at dir whose server is gone. The kernel
@@ -83,30 +84,32 @@ func CheckMountpoint(dir string) error {
 // also leave the connection hanging: every request then waits forever, so
 // the probe runs with a deadline, and a hung connection is aborted through
 // the fusectl filesystem before it is detached.
-func cleanStale(dir string) error {
+func cleanStale(dir string) (detached string, err error) {
 	info, err := mountAt(dir)
 	if err != nil || info.fstype == "" || !isFUSE(info.fstype) {
-		return err
+		return "", err
 	}
 	probe := make(chan error, 1)
 	go func() { // may block for good on a hung connection: it is left behind
 		var sfs syscall.Statfs_t
 		probe <- syscall.Statfs(dir, &sfs)
 	}()
+	detached = "a FUSE mount whose server is gone (transport endpoint is not connected)"
 	select {
 	case err := <-probe:
 		if !errors.Is(err, syscall.ENOTCONN) {
-			return nil // a live mount: CheckMountpoint refuses it
+			return "", nil // a live mount: CheckMountpoint refuses it
 		}
 	case <-time.After(3 * time.Second):
 		if err := abortConnection(info.minor); err != nil {
-			return fmt.Errorf("mountpoint %s: FUSE mount hangs (its server is gone) and aborting it failed: %w", dir, err)
+			return "", fmt.Errorf("mountpoint %s: FUSE mount hangs (its server is gone) and aborting it failed: %w", dir, err)
 		}
+		detached = "a FUSE mount that answered nothing for 3 s (its server stopped or stuck): its connection was aborted"
 	}
 	if err := detach(dir); err != nil {
-		return fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
+		return "", fmt.Errorf("mountpoint %s: stale mount (transport endpoint is not connected) and unmounting it failed: %w", dir, err)
 	}
-	return nil
+	return detached, nil
 }
 
 // detach unmounts dir lazily: the path is free at once, and the kernel ends
@@ -232,10 +235,14 @@ func New(dir string, cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckMountpoint(abs); err != nil {
+	detached, err := CheckMountpoint(abs)
+	if err != nil {
 		return nil, err
 	}
 	fsys := newFS(cfg)
+	if detached != "" {
+		fsys.log.Warn("detached what was mounted at the mountpoint: "+detached, "mountpoint", abs)
+	}
 	fsys.mountpoint = []byte(strings.TrimSuffix(abs, "/") + "/")
 	if cfg.Preload != nil {
 		fsys.Restore(cfg.Preload, cfg.PreloadListed)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -63,9 +64,12 @@ func newCacheCmd() *cobra.Command {
 			if mnt, err := os.ReadFile(filepath.Join(dir, mountRecord)); err == nil {
 				mp := strings.TrimSpace(string(mnt))
 				if live, _ := fuse.IsMountpoint(mp); live {
-					if b, err := readFileWithin(filepath.Join(mp, fuse.ControlDir, "stats"), 5*time.Second); err == nil {
+					switch b, err := readFileWithin(filepath.Join(mp, fuse.ControlDir, "stats"), 5*time.Second); {
+					case err == nil:
 						fmt.Fprintf(cmd.OutOrStdout(), "\nrunning mount %s counters:\n%s", mp, b)
-					} else {
+					case errors.Is(err, syscall.ENOTCONN):
+						fmt.Fprintf(cmd.OutOrStdout(), "\nthe mount at %s is not served: its process ended without unmounting (killed?); the next mount there detaches it\n", mp)
+					default:
 						fmt.Fprintf(cmd.OutOrStdout(), "\nrunning mount %s: counters unreadable: %v\n", mp, err)
 					}
 				}
@@ -97,6 +101,9 @@ func newCacheCmd() *cobra.Command {
 				}
 				return nil
 			})
+			if errors.Is(err, cache.ErrInUse) {
+				return fmt.Errorf("%w%s", err, cacheUser(dir))
+			}
 			if err != nil {
 				return err
 			}
@@ -105,6 +112,17 @@ func newCacheCmd() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// cacheUser names the mount that uses the cache dir, by the record it keeps
+// there (" (the mount at /data)"), or nothing when there is none: warm and
+// purge hold the directory without one.
+func cacheUser(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, mountRecord))
+	if mp := strings.TrimSpace(string(b)); err == nil && mp != "" {
+		return " (the mount at " + mp + ", by the record it keeps there)"
+	}
+	return ""
 }
 
 // readFileWithin reads the file at path, giving up after d: a file in a

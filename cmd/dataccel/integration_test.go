@@ -802,23 +802,21 @@ func TestStaleMountCleaned(t *testing.T) {
 	if err := syscall.Statfs(mnt, &sfs); !errors.Is(err, syscall.ENOTCONN) {
 		t.Fatalf("statfs after SIGKILL: %v; the test needs a stale mount (ENOTCONN)", err)
 	}
-	m := startMount(t, mnt, "--endpoint", srv.Endpoint, "s3://"+st.Bucket())
-	if b, err := os.ReadFile(filepath.Join(m.dir, "f")); err != nil || string(b) != "x" {
+	_, logs := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "x" {
 		t.Fatalf("read after cleaning the stale mount: %q %v", b, err)
+	}
+	if !strings.Contains(logs.String(), "detached what was mounted at the mountpoint") {
+		t.Errorf("the mount detached a stale one without a word:\n%s", logs)
 	}
 }
 
-// TestHungMountCleaned: a mount whose server stops answering (here
-// SIGSTOPped) hangs every request; the next mount's check must not hang
-// with it: it aborts the connection and detaches the mount.
-func TestHungMountCleaned(t *testing.T) {
-	st := srv.NewBucket(t)
-	testenv.Put(t, st, "f", []byte("y"))
-	mnt := t.TempDir()
-	cmd, _ := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
+// stopProcess stops cmd's process (SIGSTOP) and waits until every thread
+// of it is stopped (the signal lands asynchronously); SIGCONT at cleanup.
+func stopProcess(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	cmd.Process.Signal(syscall.SIGSTOP)
-	defer cmd.Process.Signal(syscall.SIGCONT)
-	// The signal lands asynchronously: wait until every thread is stopped.
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT) })
 	waitFor(t, 5*time.Second, func() bool {
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", cmd.Process.Pid))
 		for _, task := range tasks {
@@ -830,9 +828,51 @@ func TestHungMountCleaned(t *testing.T) {
 		}
 		return len(tasks) > 0
 	})
+}
+
+// TestBusyCacheDirLeavesMountAlone: a second mount on the mountpoint and the
+// cache dir of a mount that answers nothing for now (stopped) fails on the
+// cache dir, naming the mount that holds it, and leaves that mount be: it
+// aborted and detached the first mount as hung, then failed on the cache
+// dir all the same, leaving nothing mounted.
+func TestBusyCacheDirLeavesMountAlone(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "f", []byte("z"))
+	mnt, cacheDir := t.TempDir(), t.TempDir()
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket(), mnt}
+	first, _ := mountProcess(t, args...)
+	waitFor(t, 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(cacheDir, mountRecord))
+		return err == nil
+	})
+	stopProcess(t, first)
+	second := exec.Command(bin, append([]string{"mount"}, args...)...)
+	second.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "in use by another process") || !strings.Contains(string(out), "the mount at "+mnt) {
+		t.Errorf("second mount on a busy cache dir: %v, want it refused, naming the mount at %s:\n%s", err, mnt, out)
+	}
+	first.Process.Signal(syscall.SIGCONT)
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "z" {
+		t.Fatalf("the first mount after the refused one: %q %v, want it still serving", b, err)
+	}
+}
+
+// TestHungMountCleaned: a mount whose server stops answering (here
+// SIGSTOPped) hangs every request; the next mount's check must not hang
+// with it: it aborts the connection and detaches the mount.
+func TestHungMountCleaned(t *testing.T) {
+	st := srv.NewBucket(t)
+	testenv.Put(t, st, "f", []byte("y"))
+	mnt := t.TempDir()
+	cmd, _ := mountProcess(t, "--endpoint", srv.Endpoint, "s3://"+st.Bucket(), mnt)
+	stopProcess(t, cmd)
 
 	done := make(chan error, 1)
-	go func() { done <- fuse.CheckMountpoint(mnt) }()
+	go func() {
+		_, err := fuse.CheckMountpoint(mnt)
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -843,7 +843,7 @@ func TestSignalWhileChecking(t *testing.T) {
 // TestCacheStatStoppedMount: `cache stat` shows a running mount's counters,
 // and when that mount's process is stopped it says so and exits instead of
 // waiting on the mount for good; a warm of the stopped mount ends at a
-// second signal, as the first says.
+// second signal, as the first says; a killed mount is named as one.
 func TestCacheStatStoppedMount(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "s/a.bin", []byte("alpha"))
@@ -885,6 +885,13 @@ func TestCacheStatStoppedMount(t *testing.T) {
 	warm.Process.Signal(syscall.SIGINT)
 	if err := waitExit(warm, 10*time.Second); err == nil || strings.Contains(err.Error(), "no exit") {
 		t.Fatalf("warm after a second SIGINT: %v\n%s", err, out.String())
+	}
+	// A mount killed (its record left behind) is named as such, not as a
+	// running mount whose counters are unreadable.
+	cmd.Process.Kill()
+	cmd.Wait()
+	if out := stat(); !strings.Contains(out, "is not served: its process ended") || !strings.Contains(out, "exit: <nil>") {
+		t.Fatalf("cache stat beside a killed mount:\n%s", out)
 	}
 }
 

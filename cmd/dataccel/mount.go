@@ -389,8 +389,20 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		return fmt.Errorf("mountpoint %s: %w", dir, err)
 	}
 	dir = resolved
-	if err := fuse.CheckMountpoint(dir); err != nil {
+	// Before the mountpoint: a mount on it that answers nothing may be the
+	// one using the cache dir, merely stopped, and would be detached for
+	// a mount that then cannot take the cache anyway.
+	if f.cacheDir != "" {
+		if busy, err := cache.InUse(f.cacheDir); err == nil && busy {
+			return fmt.Errorf("--cache-dir %s: %w%s; nothing was mounted or unmounted", f.cacheDir, cache.ErrInUse, cacheUser(f.cacheDir))
+		}
+	}
+	detached, err := fuse.CheckMountpoint(dir)
+	if err != nil {
 		return err
+	}
+	if detached != "" {
+		logger.Warn("detached what was mounted at the mountpoint: "+detached, "mountpoint", dir)
 	}
 	if d, err := os.Open(dir); err == nil {
 		if names, _ := d.Readdirnames(1); len(names) > 0 { // one name tells; a large volume needs no full read
@@ -780,6 +792,9 @@ func openCache(f mountFlags, p mountPlan, logger *slog.Logger, stats *cache.Stat
 		opts.Stats = stats
 		d, err := cache.NewDisk(opts)
 		if err != nil {
+			if errors.Is(err, cache.ErrInUse) {
+				err = fmt.Errorf("%w%s", err, cacheUser(f.cacheDir))
+			}
 			return nil, nil, nil, fmt.Errorf("disk cache: %w", err)
 		}
 		if d.Disabled() { // a read-only directory: what it holds is served
