@@ -318,7 +318,8 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	if opts.CrossFile {
 		l.plan = newPlanner(l)
 		l.plan.start()
-		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]*unlisted{}}
+		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]*unlisted{},
+			kinds: map[string]bool{}, waiting: map[string][]store.Object{}}
 		l.pushq = make(chan push, pushQueue)
 		l.pushCap = pushCap(l.mem.limit, l.mem.clamp(opts.BlockSize+blockOverhead))
 		for range pushers {

@@ -1,6 +1,7 @@
 package prefetch
 
 import (
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -29,17 +30,37 @@ const spreadAfter = 4
 // the order is unknown (a shuffle nobody announced) but the set is known
 // and fits the cache, fetching it at full parallelism turns a latency-bound
 // epoch (one round trip per file per reader) into a bandwidth-bound one.
+//
+// It fetches only the kinds of file (by extension) the job has opened: a
+// job that reads the labels (.json, .cls) beside the images, or the
+// captions, reads no image, and a sweep of whole directories fetched a
+// hundred times the bytes it read. Files of a kind not opened yet wait,
+// and queue at the first open of one.
 type sweeper struct {
 	l *Loader
 
 	mu       sync.Mutex
-	dirs     map[string]*sweepDir // guarded by mu
-	spread   map[string]int       // guarded by mu: by directory, its subdirectories that hold a swept directory
-	unlisted map[string]*unlisted // guarded by mu: parents spread to while some directories had no listing
-	queue    []store.Object       // guarded by mu: files to fetch, in order
-	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
-	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
-	running  int                  // guarded by mu: workers alive
+	dirs     map[string]*sweepDir      // guarded by mu
+	spread   map[string]int            // guarded by mu: by directory, its subdirectories that hold a swept directory
+	unlisted map[string]*unlisted      // guarded by mu: parents spread to while some directories had no listing
+	kinds    map[string]bool           // guarded by mu: the extensions of the files opened
+	waiting  map[string][]store.Object // guarded by mu: by extension, files of swept directories of a kind not opened yet
+	nWaiting int                       // guarded by mu: files in waiting, at most maxWaiting
+	queue    []store.Object            // guarded by mu: files to fetch, in order
+	bytes    int64                     // guarded by mu: bytes queued so far, bounded by SweepBytes
+	pushed   int64                     // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
+	running  int                       // guarded by mu: workers alive
+}
+
+// maxWaiting bounds the files kept for a kind of file not opened yet (a
+// label scan of a dataset of a million images keeps them all otherwise);
+// past it such files are left to their own reads.
+const maxWaiting = 1 << 20
+
+// kindOf is the extension of key's name, lower case ("" for none): the
+// kind of file a sweep fetches once one of its kind is opened.
+func kindOf(key string) string {
+	return strings.ToLower(path.Ext(key[strings.LastIndexByte(key, '/')+1:]))
 }
 
 type sweepDir struct {
@@ -80,6 +101,16 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	dir := parentOf(obj.Key)
 	s.mu.Lock()
+	if kind := kindOf(obj.Key); !s.kinds[kind] {
+		s.kinds[kind] = true
+		if files := s.waiting[kind]; len(files) > 0 {
+			delete(s.waiting, kind)
+			s.nWaiting -= len(files)
+			s.mu.Unlock()
+			s.queueFiles(files)
+			s.mu.Lock()
+		}
+	}
 	d := s.dirLocked(dir)
 	if d == nil || d.queued {
 		s.mu.Unlock()
@@ -203,21 +234,37 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 	return d
 }
 
-// queueFiles queues the files of one directory and starts workers for
-// them; it reports false, queueing none, when they would take the sweep
-// past SweepBytes.
+// queueFiles queues the files of one directory of a kind opened (the
+// others wait for one of theirs) and starts workers for them; it reports
+// false, queueing none, when they would take the sweep past SweepBytes.
 func (s *sweeper) queueFiles(files []store.Object) bool {
-	var size int64
-	for _, f := range files {
-		size += f.Size
-	}
 	s.mu.Lock()
+	var size int64
+	n := 0
+	for _, f := range files {
+		if s.kinds[kindOf(f.Key)] {
+			size += f.Size
+			n++
+		}
+	}
 	if s.bytes+size > s.l.opts.SweepBytes {
 		s.mu.Unlock()
 		return false // the cache could not keep it: fetching would only evict
 	}
 	s.bytes += size
-	s.queue = append(s.queue, files...)
+	if n == len(files) {
+		s.queue = append(s.queue, files...)
+	} else {
+		for _, f := range files {
+			switch kind := kindOf(f.Key); {
+			case s.kinds[kind]:
+				s.queue = append(s.queue, f)
+			case s.nWaiting < maxWaiting:
+				s.waiting[kind] = append(s.waiting[kind], f)
+				s.nWaiting++
+			}
+		}
+	}
 	start := s.workers() - s.running
 	s.running += start
 	s.mu.Unlock()

@@ -68,6 +68,53 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestSweepFetchesKindsOpened: a job that reads the labels beside the
+// images (a.json beside a.jpg) sweeps the labels only, and the images too
+// once it opens one, in every directory swept before; a name with no
+// extension is a kind of its own. The sweep fetched every image for a
+// scan of the labels (a hundred times the bytes read).
+func TestSweepFetchesKindsOpened(t *testing.T) {
+	st := newFakeStore()
+	var objs, images, labels, bare []store.Object
+	for dir, ext := range map[string]string{"a": ".JPG", "b": ".jpg"} {
+		for i := range 20 {
+			img := st.add(fmt.Sprintf("%s/%03d%s", dir, i, ext), 50_000)
+			lbl := st.add(fmt.Sprintf("%s/%03d.json", dir, i), 300)
+			images, labels = append(images, img), append(labels, lbl)
+			objs = append(objs, img, lbl)
+		}
+		b := st.add(dir+"/README", 100)
+		bare = append(bare, b)
+		objs = append(objs, b)
+	}
+	slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: objs})
+	read := func(o store.Object) {
+		t.Helper()
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{"a", "b"} { // two labels in each directory
+		for _, o := range labels {
+			if strings.HasPrefix(o.Key, dir+"/") && (strings.HasSuffix(o.Key, "03.json") || strings.HasSuffix(o.Key, "07.json")) {
+				read(o)
+			}
+		}
+	}
+	waitFor(t, "the labels swept", func() bool { return fetchedFiles(st, labels) == len(labels) })
+	time.Sleep(50 * time.Millisecond)
+	if n, m := fetchedFiles(st, images), fetchedFiles(st, bare); n != 0 || m != 0 {
+		t.Fatalf("%d images and %d files with no extension fetched for a scan of the labels, want none", n, m)
+	}
+	read(images[0]) // .JPG and .jpg are one kind
+	waitFor(t, "the images swept once one is opened", func() bool { return fetchedFiles(st, images) == len(images) })
+	if m := fetchedFiles(st, bare); m != 0 {
+		t.Fatalf("%d files with no extension fetched, want none", m)
+	}
+}
+
 // One file opened twice is not two files of its directory: the kernel's
 // retry of a failed read, or a job's re-read of one file, comes to a new
 // reader, and a single failed read swept a whole directory (14,000 GETs).
@@ -338,9 +385,9 @@ func TestSweepFetchesLargeFileInOneGet(t *testing.T) {
 	const size = 5*block + 1234
 	st := newFakeStore()
 	small := addFiles(st, "a", 4, 1000)
-	whole := st.add("a/whole", size)
-	holed := st.add("a/holed", size)   // block 2 is cached already
-	failed := st.add("a/failed", size) // its GET fails
+	whole := st.add("a/whole.jpg", size)
+	holed := st.add("a/holed.jpg", size)   // block 2 is cached already
+	failed := st.add("a/failed.jpg", size) // its GET fails
 	objs := append(append([]store.Object(nil), small...), whole, holed, failed)
 	slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
 	tier := indexedTier{newMapTier()}
