@@ -107,7 +107,18 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 			delete(s.waiting, kind)
 			s.nWaiting -= len(files)
 			s.mu.Unlock()
-			s.queueFiles(files)
+			// By directory, as they were queued: those that still fit.
+			for len(files) > 0 {
+				dir := parentOf(files[0].Key)
+				n := 1
+				for n < len(files) && parentOf(files[n].Key) == dir {
+					n++
+				}
+				if !s.queueFiles(files[:n]) {
+					break
+				}
+				files = files[n:]
+			}
 			s.mu.Lock()
 		}
 	}

@@ -70,48 +70,59 @@ func TestSweep(t *testing.T) {
 
 // TestSweepFetchesKindsOpened: a job that reads the labels beside the
 // images (a.json beside a.jpg) sweeps the labels only, and the images too
-// once it opens one, in every directory swept before; a name with no
-// extension is a kind of its own. The sweep fetched every image for a
-// scan of the labels (a hundred times the bytes read).
+// once it opens one, in every directory swept before, as far as
+// SweepBytes allows; a name with no extension is a kind of its own. The
+// sweep fetched every image for a scan of the labels (a hundred times the
+// bytes read).
 func TestSweepFetchesKindsOpened(t *testing.T) {
-	st := newFakeStore()
-	var objs, images, labels, bare []store.Object
-	for dir, ext := range map[string]string{"a": ".JPG", "b": ".jpg"} {
-		for i := range 20 {
-			img := st.add(fmt.Sprintf("%s/%03d%s", dir, i, ext), 50_000)
-			lbl := st.add(fmt.Sprintf("%s/%03d.json", dir, i), 300)
-			images, labels = append(images, img), append(labels, lbl)
-			objs = append(objs, img, lbl)
-		}
-		b := st.add(dir+"/README", 100)
-		bare = append(bare, b)
-		objs = append(objs, b)
-	}
-	slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
-	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
-	l.SetSiblings(dirSiblings{objs: objs})
-	read := func(o store.Object) {
-		t.Helper()
-		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, dir := range []string{"a", "b"} { // two labels in each directory
-		for _, o := range labels {
-			if strings.HasPrefix(o.Key, dir+"/") && (strings.HasSuffix(o.Key, "03.json") || strings.HasSuffix(o.Key, "07.json")) {
-				read(o)
+	const imageSize, labelSize, perDir = 50_000, 300, 20
+	for _, tc := range []struct {
+		name       string
+		sweepBytes int64
+		wantImages int
+	}{
+		{"room for all", 1 << 30, 2 * perDir},
+		{"room for one directory's images", 2*perDir*labelSize + perDir*imageSize + imageSize, perDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			var objs, images, labels, bare []store.Object
+			for dir, ext := range map[string]string{"a": ".JPG", "b": ".jpg"} {
+				for i := range perDir {
+					img := st.add(fmt.Sprintf("%s/%03d%s", dir, i, ext), imageSize)
+					lbl := st.add(fmt.Sprintf("%s/%03d.json", dir, i), labelSize)
+					images, labels = append(images, img), append(labels, lbl)
+					objs = append(objs, img, lbl)
+				}
+				b := st.add(dir+"/README", 100)
+				bare = append(bare, b)
+				objs = append(objs, b)
 			}
-		}
-	}
-	waitFor(t, "the labels swept", func() bool { return fetchedFiles(st, labels) == len(labels) })
-	time.Sleep(50 * time.Millisecond)
-	if n, m := fetchedFiles(st, images), fetchedFiles(st, bare); n != 0 || m != 0 {
-		t.Fatalf("%d images and %d files with no extension fetched for a scan of the labels, want none", n, m)
-	}
-	read(images[0]) // .JPG and .jpg are one kind
-	waitFor(t, "the images swept once one is opened", func() bool { return fetchedFiles(st, images) == len(images) })
-	if m := fetchedFiles(st, bare); m != 0 {
-		t.Fatalf("%d files with no extension fetched, want none", m)
+			slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+			l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: tc.sweepBytes, Workers: 8})
+			l.SetSiblings(dirSiblings{objs: objs})
+			read := func(key string) {
+				t.Helper()
+				o := st.objs[key]
+				if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, key := range []string{"a/003.json", "a/007.json", "b/003.json", "b/007.json"} {
+				read(key)
+			}
+			waitFor(t, "the labels swept", func() bool { return fetchedFiles(st, labels) == len(labels) })
+			time.Sleep(50 * time.Millisecond)
+			if n, m := fetchedFiles(st, images), fetchedFiles(st, bare); n != 0 || m != 0 {
+				t.Fatalf("%d images and %d files with no extension fetched for a scan of the labels, want none", n, m)
+			}
+			read("a/000.JPG") // .JPG and .jpg are one kind
+			waitFor(t, "the images swept once one is opened", func() bool { return fetchedFiles(st, images) >= tc.wantImages })
+			time.Sleep(50 * time.Millisecond)
+			if n, m := fetchedFiles(st, images), fetchedFiles(st, bare); n != tc.wantImages || m != 0 {
+				t.Fatalf("%d images and %d files with no extension fetched, want %d and none", n, m, tc.wantImages)
+			}
+		})
 	}
 }
 
