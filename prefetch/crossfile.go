@@ -145,12 +145,11 @@ func (p *planner) announce(order []store.Object) {
 }
 
 // opened moves the reader's position in the announced order or, for a file
-// not in it, in its directory. It does no I/O (Siblings answers from memory),
-// and tracks directories in open order, which an asynchronous queue would
-// scramble.
-func (p *planner) opened(obj store.Object) Siblings {
+// not in it, in its directory, and says which (announced). It does no I/O
+// (Siblings answers from memory), and tracks directories in open order,
+// which an asynchronous queue would scramble.
+func (p *planner) opened(obj store.Object) (sib Siblings, announced bool) {
 	var i int
-	var announced bool
 	p.mu.Lock()
 	for {
 		index := p.index
@@ -173,14 +172,14 @@ func (p *planner) opened(obj store.Object) Siblings {
 			p.low++
 		}
 	}
-	sib := p.sib
+	sib = p.sib
 	p.mu.Unlock()
 	if announced {
 		p.signal()
 	} else if sib != nil {
 		p.dirEvent(sib, obj.Key)
 	}
-	return sib
+	return sib, announced
 }
 
 // orderIndex finds a key's first index in an announced order. It is built

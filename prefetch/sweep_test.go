@@ -126,6 +126,39 @@ func TestSweepFetchesKindsOpened(t *testing.T) {
 	}
 }
 
+// TestSweepLeavesAnnouncedOrder: a job that announces its share of the
+// dataset (a rank of a distributed job, a validation subset) gets that
+// share fetched and no more: opens of announced files do not sweep their
+// directories, while a file opened outside the order still counts.
+func TestSweepLeavesAnnouncedOrder(t *testing.T) {
+	st := newFakeStore()
+	a := addFiles(st, "a", 40, 1000)
+	b := addFiles(st, "b", 40, 1000)
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: append(append([]store.Object(nil), a...), b...)})
+	var share []store.Object // every fourth file of each directory
+	for i := 0; i < len(a); i += 4 {
+		share = append(share, a[i], b[i])
+	}
+	l.Announce(share)
+	for _, o := range share {
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := fetchedFiles(st, a) + fetchedFiles(st, b); n != len(share) {
+		t.Fatalf("%d files fetched for an announced share of %d", n, len(share))
+	}
+	// Two files outside the order in a: a directory being read as before.
+	for _, o := range []store.Object{a[1], a[2]} {
+		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the sweep of a after opens outside the order", func() bool { return fetchedFiles(st, a) == len(a) })
+}
+
 // One file opened twice is not two files of its directory: the kernel's
 // retry of a failed read, or a job's re-read of one file, comes to a new
 // reader, and a single failed read swept a whole directory (14,000 GETs).
