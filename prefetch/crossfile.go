@@ -145,11 +145,12 @@ func (p *planner) announce(order []store.Object) {
 }
 
 // opened moves the reader's position in the announced order or, for a file
-// not in it, in its directory, and says which (announced). It does no I/O
-// (Siblings answers from memory), and tracks directories in open order,
-// which an asynchronous queue would scramble.
-func (p *planner) opened(obj store.Object) (sib Siblings, announced bool) {
+// not in it, in its directory. It does no I/O (Siblings answers from memory),
+// and tracks directories in open order, which an asynchronous queue would
+// scramble.
+func (p *planner) opened(obj store.Object) Siblings {
 	var i int
+	var announced bool
 	p.mu.Lock()
 	for {
 		index := p.index
@@ -172,14 +173,25 @@ func (p *planner) opened(obj store.Object) (sib Siblings, announced bool) {
 			p.low++
 		}
 	}
-	sib = p.sib
+	sib := p.sib
 	p.mu.Unlock()
 	if announced {
 		p.signal()
 	} else if sib != nil {
 		p.dirEvent(sib, obj.Key)
 	}
-	return sib, announced
+	return sib
+}
+
+// announced returns the index of the order announced last, nil when none
+// is (or an empty one ended it).
+func (p *planner) announced() *orderIndex {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.order) == 0 {
+		return nil
+	}
+	return p.index
 }
 
 // orderIndex finds a key's first index in an announced order. It is built
@@ -190,7 +202,8 @@ func (p *planner) opened(obj store.Object) (sib Siblings, announced bool) {
 type orderIndex struct {
 	order []store.Object
 	once  sync.Once
-	index map[string]int // written once, by the first find
+	index map[string]int  // written once, by the first find
+	dirs  map[string]bool // written with index: the directories of the order's files
 }
 
 func newOrderIndex(order []store.Object) *orderIndex { return &orderIndex{order: order} }
@@ -198,16 +211,32 @@ func newOrderIndex(order []store.Object) *orderIndex { return &orderIndex{order:
 // find returns the first index of key in the order. Concurrent callers wait
 // for the one that builds the index.
 func (x *orderIndex) find(key string) (int, bool) {
+	x.build()
+	i, ok := x.index[key]
+	return i, ok
+}
+
+func (x *orderIndex) build() {
 	x.once.Do(func() {
 		x.index = make(map[string]int, len(x.order))
+		x.dirs = map[string]bool{}
 		for i, o := range x.order {
 			if _, dup := x.index[o.Key]; !dup {
 				x.index[o.Key] = i
 			}
+			x.dirs[parentOf(o.Key)] = true
 		}
 	})
-	i, ok := x.index[key]
-	return i, ok
+}
+
+// leaves says whether the order leaves out key, a file of a directory it
+// reads from: the job named the files it reads there.
+func (x *orderIndex) leaves(key string) bool {
+	x.build()
+	if _, ok := x.index[key]; ok {
+		return false
+	}
+	return x.dirs[parentOf(key)]
 }
 
 // maxHeads bounds the reader positions followed: more than the workers of

@@ -374,11 +374,8 @@ func (l *Loader) Close() error {
 // prefetcher where the reader is. Open does no I/O.
 func (l *Loader) Open(obj store.Object) Reader {
 	if l.plan != nil {
-		// A file of an announced order is the job's to name: the sweep
-		// guesses the rest of an epoch from its directories, and a job that
-		// announces a share of the dataset (a rank's, a validation subset)
-		// reads no more than that.
-		if sib, announced := l.plan.opened(obj); !announced && l.tier != nil && l.opts.SweepBytes > 0 {
+		sib := l.plan.opened(obj)
+		if l.tier != nil && l.opts.SweepBytes > 0 {
 			l.sweep.opened(sib, obj)
 		}
 	}

@@ -35,7 +35,12 @@ const spreadAfter = 4
 // job that reads the labels (.json, .cls) beside the images, or the
 // captions, reads no image, and a sweep of whole directories fetched a
 // hundred times the bytes it read. Files of a kind not opened yet wait,
-// and queue at the first open of one.
+// and queue at the first open of one. With an order announced, it leaves
+// the files the order leaves out of the directories it reads from: a job
+// that announces its share of the dataset (a rank's, a validation subset)
+// reads no other there, while within the order the sweep's parallel GETs
+// still speed the epoch, and directories the order does not name (a
+// validation set read beside an announced training set) sweep as before.
 type sweeper struct {
 	l *Loader
 
@@ -249,6 +254,15 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 // others wait for one of theirs) and starts workers for them; it reports
 // false, queueing none, when they would take the sweep past SweepBytes.
 func (s *sweeper) queueFiles(files []store.Object) bool {
+	if order := s.l.plan.announced(); order != nil {
+		var in []store.Object
+		for _, f := range files {
+			if !order.leaves(f.Key) {
+				in = append(in, f)
+			}
+		}
+		files = in
+	}
 	s.mu.Lock()
 	var size int64
 	n := 0

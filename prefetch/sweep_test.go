@@ -128,35 +128,37 @@ func TestSweepFetchesKindsOpened(t *testing.T) {
 
 // TestSweepLeavesAnnouncedOrder: a job that announces its share of the
 // dataset (a rank of a distributed job, a validation subset) gets that
-// share fetched and no more: opens of announced files do not sweep their
-// directories, while a file opened outside the order still counts.
+// share fetched and none of the files its order leaves out of the
+// directories it reads; a directory the order does not name (read beside
+// it) is swept as before. Whole directories were swept for the share.
 func TestSweepLeavesAnnouncedOrder(t *testing.T) {
 	st := newFakeStore()
 	a := addFiles(st, "a", 40, 1000)
 	b := addFiles(st, "b", 40, 1000)
+	c := addFiles(st, "c", 40, 1000)
 	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
-	l.SetSiblings(dirSiblings{objs: append(append([]store.Object(nil), a...), b...)})
-	var share []store.Object // every fourth file of each directory
+	l.SetSiblings(dirSiblings{objs: slices.Concat(a, b, c)})
+	var share []store.Object // every fourth file of a and b
 	for i := 0; i < len(a); i += 4 {
 		share = append(share, a[i], b[i])
 	}
 	l.Announce(share)
-	for _, o := range share {
+	for _, o := range append(share[:4:4], a[1], a[2]) { // and two files of a outside the order
 		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitFor(t, "the share fetched", func() bool { return fetchedFiles(st, share) == len(share) })
 	time.Sleep(100 * time.Millisecond)
-	if n := fetchedFiles(st, a) + fetchedFiles(st, b); n != len(share) {
-		t.Fatalf("%d files fetched for an announced share of %d", n, len(share))
+	if n := fetchedFiles(st, a) + fetchedFiles(st, b); n != len(share)+2 {
+		t.Fatalf("%d files of a and b fetched for an announced share of %d and 2 files read besides", n, len(share))
 	}
-	// Two files outside the order in a: a directory being read as before.
-	for _, o := range []store.Object{a[1], a[2]} {
+	for _, o := range c[:2] {
 		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the sweep of a after opens outside the order", func() bool { return fetchedFiles(st, a) == len(a) })
+	waitFor(t, "the sweep of c, which the order does not name", func() bool { return fetchedFiles(st, c) == len(c) })
 }
 
 // One file opened twice is not two files of its directory: the kernel's
