@@ -319,7 +319,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		l.plan = newPlanner(l)
 		l.plan.start()
 		l.sweep = &sweeper{l: l, dirs: map[string]*sweepDir{}, spread: map[string]int{}, unlisted: map[string]*unlisted{},
-			kinds: map[string]bool{}, waiting: map[string][]store.Object{}}
+			kinds: map[string]bool{}, waiting: map[string][]string{}}
 		l.pushq = make(chan push, pushQueue)
 		l.pushCap = pushCap(l.mem.limit, l.mem.clamp(opts.BlockSize+blockOverhead))
 		for range pushers {

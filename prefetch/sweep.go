@@ -49,18 +49,20 @@ type sweeper struct {
 	spread   map[string]int            // guarded by mu: by directory, its subdirectories that hold a swept directory
 	unlisted map[string]*unlisted      // guarded by mu: parents spread to while some directories had no listing
 	kinds    map[string]bool           // guarded by mu: the extensions of the files opened
-	waiting  map[string][]store.Object // guarded by mu: by extension, files of swept directories of a kind not opened yet
-	nWaiting int                       // guarded by mu: files in waiting, at most maxWaiting
+	waiting  map[string][]string // guarded by mu: by extension not opened yet, the swept directories that hold files of it
+	nWaiting int                 // guarded by mu: directories in waiting, at most maxWaiting
 	queue    []store.Object            // guarded by mu: files to fetch, in order
 	bytes    int64                     // guarded by mu: bytes queued so far, bounded by SweepBytes
 	pushed   int64                     // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
 	running  int                       // guarded by mu: workers alive
 }
 
-// maxWaiting bounds the files kept for a kind of file not opened yet (a
-// label scan of a dataset of a million images keeps them all otherwise);
-// past it such files are left to their own reads.
-const maxWaiting = 1 << 20
+// maxWaiting bounds the directories kept for the kinds of file not opened
+// yet (a directory with a dozen kinds counts a dozen times); past it such
+// files are left to their own reads. Directories, not files: their
+// listings hold the files, and a label scan of a million images would
+// keep a million.
+const maxWaiting = 1 << 18
 
 // kindOf is the extension of key's name, lower case ("" for none): the
 // kind of file a sweep fetches once one of its kind is opened.
@@ -108,21 +110,21 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	s.mu.Lock()
 	if kind := kindOf(obj.Key); !s.kinds[kind] {
 		s.kinds[kind] = true
-		if files := s.waiting[kind]; len(files) > 0 {
+		if dirs := s.waiting[kind]; len(dirs) > 0 {
 			delete(s.waiting, kind)
-			s.nWaiting -= len(files)
+			s.nWaiting -= len(dirs)
 			s.mu.Unlock()
-			// By directory, as they were queued: those that still fit.
-			for len(files) > 0 {
-				dir := parentOf(files[0].Key)
-				n := 1
-				for n < len(files) && parentOf(files[n].Key) == dir {
-					n++
+			// In the order they were swept, as far as SweepBytes allows.
+			for _, d := range dirs {
+				var files []store.Object
+				for _, f := range sib.Files(d) {
+					if kindOf(f.Key) == kind {
+						files = append(files, f)
+					}
 				}
-				if !s.queueFiles(files[:n]) {
+				if !s.queueFiles(files) {
 					break
 				}
-				files = files[n:]
 			}
 			s.mu.Lock()
 		}
@@ -251,8 +253,9 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 }
 
 // queueFiles queues the files of one directory of a kind opened (the
-// others wait for one of theirs) and starts workers for them; it reports
-// false, queueing none, when they would take the sweep past SweepBytes.
+// directory waits for a file of each other kind to be opened) and starts
+// workers for them; it reports false, queueing none, when they would take
+// the sweep past SweepBytes.
 func (s *sweeper) queueFiles(files []store.Object) bool {
 	if order := s.l.plan.announced(); order != nil {
 		var in []store.Object
@@ -280,12 +283,19 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 	if n == len(files) {
 		s.queue = append(s.queue, files...)
 	} else {
+		var left map[string]bool // the kinds not opened yet, once each
 		for _, f := range files {
-			switch kind := kindOf(f.Key); {
-			case s.kinds[kind]:
+			kind := kindOf(f.Key)
+			if s.kinds[kind] {
 				s.queue = append(s.queue, f)
-			case s.nWaiting < maxWaiting:
-				s.waiting[kind] = append(s.waiting[kind], f)
+				continue
+			}
+			if !left[kind] && s.nWaiting < maxWaiting {
+				if left == nil {
+					left = map[string]bool{}
+				}
+				left[kind] = true
+				s.waiting[kind] = append(s.waiting[kind], parentOf(f.Key))
 				s.nWaiting++
 			}
 		}
