@@ -332,15 +332,17 @@ func TestStreamFromDiskReadsEachBlockOnce(t *testing.T) {
 			}
 			s := cstats.Snapshot()
 			t.Logf("%d whole blocks and %d parts from disk, %d bytes read; %d GETs", s.DiskHits, s.DiskPartHits, s.DiskReadBytes, stats.Gets.Load())
-			// Given up after each read, a block was read whole once, and
-			// its rest in parts.
-			limit := int64(blocks+1) * bs
+			// Given up after each read, a block was read whole about once
+			// (a read-ahead given up as it lands is read whole again now
+			// and then, 1 run in 20 under load), and its rest in parts:
+			// whole for each piece, it was 8 times a block.
+			limit, wholeLimit := int64(blocks+1)*bs, int64(blocks)
 			if tc.evict {
-				limit = 2 * blocks * bs
+				limit, wholeLimit = 2*blocks*bs, 2*blocks
 			}
-			if s.DiskHits > blocks || s.DiskReadBytes > limit || stats.Gets.Load() != 0 {
-				t.Fatalf("%d whole blocks, %d bytes read from disk and %d GETs for a file of %d bytes (%d blocks) on disk, want each block whole once at most, at most %d bytes, no GET",
-					s.DiskHits, s.DiskReadBytes, stats.Gets.Load(), obj.Size, blocks, limit)
+			if s.DiskHits > wholeLimit || s.DiskReadBytes > limit || stats.Gets.Load() != 0 {
+				t.Fatalf("%d whole blocks, %d bytes read from disk and %d GETs for a file of %d bytes (%d blocks) on disk, want at most %d whole, at most %d bytes, no GET",
+					s.DiskHits, s.DiskReadBytes, stats.Gets.Load(), obj.Size, blocks, wholeLimit, limit)
 			}
 		})
 	}

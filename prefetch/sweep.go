@@ -45,16 +45,16 @@ type sweeper struct {
 	l *Loader
 
 	mu       sync.Mutex
-	dirs     map[string]*sweepDir      // guarded by mu
-	spread   map[string]int            // guarded by mu: by directory, its subdirectories that hold a swept directory
-	unlisted map[string]*unlisted      // guarded by mu: parents spread to while some directories had no listing
-	kinds    map[string]bool           // guarded by mu: the extensions of the files opened
-	waiting  map[string][]string // guarded by mu: by extension not opened yet, the swept directories that hold files of it
-	nWaiting int                 // guarded by mu: directories in waiting, at most maxWaiting
-	queue    []store.Object            // guarded by mu: files to fetch, in order
-	bytes    int64                     // guarded by mu: bytes queued so far, bounded by SweepBytes
-	pushed   int64                     // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
-	running  int                       // guarded by mu: workers alive
+	dirs     map[string]*sweepDir // guarded by mu
+	spread   map[string]int       // guarded by mu: by directory, its subdirectories that hold a swept directory
+	unlisted map[string]*unlisted // guarded by mu: parents spread to while some directories had no listing
+	kinds    map[string]bool      // guarded by mu: the extensions of the files opened
+	waiting  map[string][]string  // guarded by mu: by extension not opened yet, the swept directories that hold files of it
+	nWaiting int                  // guarded by mu: directories in waiting, at most maxWaiting
+	queue    []store.Object       // guarded by mu: files to fetch, in order
+	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
+	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
+	running  int                  // guarded by mu: workers alive
 }
 
 // maxWaiting bounds the directories kept for the kinds of file not opened
