@@ -183,17 +183,6 @@ func (p *planner) opened(obj store.Object) Siblings {
 	return sib
 }
 
-// announced returns the index of the order announced last, nil when none
-// is (or an empty one ended it).
-func (p *planner) announced() *orderIndex {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.order) == 0 {
-		return nil
-	}
-	return p.index
-}
-
 // orderIndex finds a key's first index in an announced order. It is built
 // when first asked, not when the order is announced: an epoch read from the
 // page cache (a warm re-read) never asks, and the announcement, which the
@@ -202,8 +191,7 @@ func (p *planner) announced() *orderIndex {
 type orderIndex struct {
 	order []store.Object
 	once  sync.Once
-	index map[string]int  // written once, by the first find
-	dirs  map[string]bool // written with index: the directories of the order's files
+	index map[string]int // written once, by the first find
 }
 
 func newOrderIndex(order []store.Object) *orderIndex { return &orderIndex{order: order} }
@@ -211,32 +199,16 @@ func newOrderIndex(order []store.Object) *orderIndex { return &orderIndex{order:
 // find returns the first index of key in the order. Concurrent callers wait
 // for the one that builds the index.
 func (x *orderIndex) find(key string) (int, bool) {
-	x.build()
-	i, ok := x.index[key]
-	return i, ok
-}
-
-func (x *orderIndex) build() {
 	x.once.Do(func() {
 		x.index = make(map[string]int, len(x.order))
-		x.dirs = map[string]bool{}
 		for i, o := range x.order {
 			if _, dup := x.index[o.Key]; !dup {
 				x.index[o.Key] = i
 			}
-			x.dirs[parentOf(o.Key)] = true
 		}
 	})
-}
-
-// leaves says whether the order leaves out key, a file of a directory it
-// reads from: the job named the files it reads there.
-func (x *orderIndex) leaves(key string) bool {
-	x.build()
-	if _, ok := x.index[key]; ok {
-		return false
-	}
-	return x.dirs[parentOf(key)]
+	i, ok := x.index[key]
+	return i, ok
 }
 
 // maxHeads bounds the reader positions followed: more than the workers of

@@ -35,12 +35,7 @@ const spreadAfter = 4
 // job that reads the labels (.json, .cls) beside the images, or the
 // captions, reads no image, and a sweep of whole directories fetched a
 // hundred times the bytes it read. Files of a kind not opened yet wait,
-// and queue at the first open of one. With an order announced, it leaves
-// the files the order leaves out of the directories it reads from: a job
-// that announces its share of the dataset (a rank's, a validation subset)
-// reads no other there, while within the order the sweep's parallel GETs
-// still speed the epoch, and directories the order does not name (a
-// validation set read beside an announced training set) sweep as before.
+// and queue at the first open of one.
 type sweeper struct {
 	l *Loader
 
@@ -48,9 +43,12 @@ type sweeper struct {
 	dirs     map[string]*sweepDir // guarded by mu
 	spread   map[string]int       // guarded by mu: by directory, its subdirectories that hold a swept directory
 	unlisted map[string]*unlisted // guarded by mu: parents spread to while some directories had no listing
-	kinds    map[string]bool      // guarded by mu: the extensions of the files opened
-	waiting  map[string][]string  // guarded by mu: by extension not opened yet, the swept directories that hold files of it
+	kinds    map[string]bool      // guarded by mu: the kinds (kindOf) of the files opened, at most maxKinds
+	anyKind  bool                 // guarded by mu: past maxKinds, every kind is fetched
+	waiting  map[string][]string  // guarded by mu: by kind not opened yet, the swept directories that hold files of it
 	nWaiting int                  // guarded by mu: directories in waiting, at most maxWaiting
+	draining bool                 // guarded by mu: drain is at work on the kinds in drains
+	drains   []string             // guarded by mu: kinds opened whose waiting directories are to be queued
 	queue    []store.Object       // guarded by mu: files to fetch, in order
 	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
 	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
@@ -64,10 +62,114 @@ type sweeper struct {
 // keep a million.
 const maxWaiting = 1 << 18
 
-// kindOf is the extension of key's name, lower case ("" for none): the
-// kind of file a sweep fetches once one of its kind is opened.
+// maxKinds bounds the kinds of file told apart: past it every kind is
+// fetched (names whose extension differs from file to file would
+// otherwise keep the sweep from fetching anything).
+const maxKinds = 64
+
+// kindOf is the extension of key's name in lower case and without its
+// digits ("" for none): the kind of file a sweep fetches once one of its
+// kind is opened. Without the digits, numbered shards are one kind
+// (x.tfrecord-00000-of-01024, frame.000001).
 func kindOf(key string) string {
-	return strings.ToLower(path.Ext(key[strings.LastIndexByte(key, '/')+1:]))
+	ext := path.Ext(key[strings.LastIndexByte(key, '/')+1:])
+	plain := true
+	for i := 0; i < len(ext) && plain; i++ {
+		c := ext[i]
+		plain = (c < 'A' || c > 'Z') && (c < '0' || c > '9')
+	}
+	if plain {
+		return ext // no copy: the common case
+	}
+	b := make([]byte, 0, len(ext))
+	for i := 0; i < len(ext); i++ {
+		switch c := ext[i]; {
+		case c >= '0' && c <= '9':
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// fetchesLocked says whether the sweep fetches files of kind. Callers hold
+// mu.
+func (s *sweeper) fetchesLocked(kind string) bool { return s.anyKind || s.kinds[kind] }
+
+// kindOpenedLocked records that a file of kind was opened, and queues for
+// drain the directories that waited for it (all of them once past
+// maxKinds). It reports whether drain is to be started (startDrain).
+// Callers hold mu.
+func (s *sweeper) kindOpenedLocked(kind string) (start bool) {
+	if s.fetchesLocked(kind) {
+		return false
+	}
+	if len(s.kinds) < maxKinds {
+		s.kinds[kind] = true
+		if len(s.waiting[kind]) > 0 {
+			s.drains = append(s.drains, kind)
+		}
+	} else {
+		s.anyKind = true
+		for k := range s.waiting {
+			s.drains = append(s.drains, k)
+		}
+	}
+	if len(s.drains) == 0 || s.draining {
+		return false
+	}
+	s.draining = true
+	return true
+}
+
+// startDrain starts drain, unless the loader is closing. Under Loader.mu,
+// as every wg.Add (see queueFiles), with mu not held.
+func (s *sweeper) startDrain(sib Siblings) {
+	l := s.l
+	l.mu.Lock()
+	if !l.closed {
+		l.wg.Add(1)
+		go s.drain(sib)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	s.mu.Lock()
+	s.draining = false
+	s.mu.Unlock()
+}
+
+// drain queues the files of the kinds in drains from the directories that
+// waited for them, in the order they were swept, as far as SweepBytes
+// allows. In the background: a directory's files are listed for it, and a
+// dataset of a thousand directories holds a million files.
+func (s *sweeper) drain(sib Siblings) {
+	defer s.l.wg.Done()
+	for {
+		s.mu.Lock()
+		if len(s.drains) == 0 || s.l.ctx.Err() != nil {
+			s.draining = false
+			s.mu.Unlock()
+			return
+		}
+		kind := s.drains[0]
+		s.drains = s.drains[1:]
+		dirs := s.waiting[kind]
+		delete(s.waiting, kind)
+		s.nWaiting -= len(dirs)
+		s.mu.Unlock()
+		for _, d := range dirs {
+			var files []store.Object
+			for _, f := range sib.Files(d) {
+				if kindOf(f.Key) == kind {
+					files = append(files, f)
+				}
+			}
+			s.queueFiles(files) // a smaller directory later may still fit
+		}
+	}
 }
 
 type sweepDir struct {
@@ -108,26 +210,10 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	dir := parentOf(obj.Key)
 	s.mu.Lock()
-	if kind := kindOf(obj.Key); !s.kinds[kind] {
-		s.kinds[kind] = true
-		if dirs := s.waiting[kind]; len(dirs) > 0 {
-			delete(s.waiting, kind)
-			s.nWaiting -= len(dirs)
-			s.mu.Unlock()
-			// In the order they were swept, as far as SweepBytes allows.
-			for _, d := range dirs {
-				var files []store.Object
-				for _, f := range sib.Files(d) {
-					if kindOf(f.Key) == kind {
-						files = append(files, f)
-					}
-				}
-				if !s.queueFiles(files) {
-					break
-				}
-			}
-			s.mu.Lock()
-		}
+	if s.kindOpenedLocked(kindOf(obj.Key)) {
+		s.mu.Unlock()
+		s.startDrain(sib)
+		s.mu.Lock()
 	}
 	d := s.dirLocked(dir)
 	if d == nil || d.queued {
@@ -257,20 +343,11 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 // workers for them; it reports false, queueing none, when they would take
 // the sweep past SweepBytes.
 func (s *sweeper) queueFiles(files []store.Object) bool {
-	if order := s.l.plan.announced(); order != nil {
-		var in []store.Object
-		for _, f := range files {
-			if !order.leaves(f.Key) {
-				in = append(in, f)
-			}
-		}
-		files = in
-	}
 	s.mu.Lock()
 	var size int64
 	n := 0
 	for _, f := range files {
-		if s.kinds[kindOf(f.Key)] {
+		if s.fetchesLocked(kindOf(f.Key)) {
 			size += f.Size
 			n++
 		}
@@ -286,7 +363,7 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 		var left map[string]bool // the kinds not opened yet, once each
 		for _, f := range files {
 			kind := kindOf(f.Key)
-			if s.kinds[kind] {
+			if s.fetchesLocked(kind) {
 				s.queue = append(s.queue, f)
 				continue
 			}
@@ -301,6 +378,9 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 		}
 	}
 	start := s.workers() - s.running
+	if n == 0 {
+		start = 0 // nothing queued: no worker to start
+	}
 	s.running += start
 	s.mu.Unlock()
 	if start == 0 {

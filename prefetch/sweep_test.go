@@ -126,39 +126,56 @@ func TestSweepFetchesKindsOpened(t *testing.T) {
 	}
 }
 
-// TestSweepLeavesAnnouncedOrder: a job that announces its share of the
-// dataset (a rank of a distributed job, a validation subset) gets that
-// share fetched and none of the files its order leaves out of the
-// directories it reads; a directory the order does not name (read beside
-// it) is swept as before. Whole directories were swept for the share.
-func TestSweepLeavesAnnouncedOrder(t *testing.T) {
+func TestKindOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"train/n01/x_1.JPEG":              ".jpeg",
+		"train/n01/x_1.json":              ".json",
+		"s/train.tfrecord-00000-of-01024": ".tfrecord--of-", // numbered shards are one kind
+		"v/frame.000001":                  ".",
+		"v/clip.mp4":                      ".mp",
+		"a/b.tar.gz":                      ".gz",
+		"a/README":                        "",
+		"a/.hidden":                       ".hidden",
+		"a.d/file":                        "", // a dot in a directory's name is no extension
+	} {
+		if got := kindOf(key); got != want {
+			t.Errorf("kindOf(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// Numbered shards (TFRecord's x.tfrecord-00000-of-00020) are one kind of
+// file: each counted as its own kind, the sweep fetched two of twenty.
+// Past maxKinds kinds opened, the sweep fetches every kind: names whose
+// extension is their own would keep it from fetching anything.
+func TestSweepKindsOfNumberedShards(t *testing.T) {
 	st := newFakeStore()
-	a := addFiles(st, "a", 40, 1000)
-	b := addFiles(st, "b", 40, 1000)
-	c := addFiles(st, "c", 40, 1000)
+	var shards []store.Object
+	for i := range 20 {
+		shards = append(shards, st.add(fmt.Sprintf("s/train.tfrecord-%05d-of-00020", i), 3000))
+	}
 	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
-	l.SetSiblings(dirSiblings{objs: slices.Concat(a, b, c)})
-	var share []store.Object // every fourth file of a and b
-	for i := 0; i < len(a); i += 4 {
-		share = append(share, a[i], b[i])
-	}
-	l.Announce(share)
-	for _, o := range append(share[:4:4], a[1], a[2]) { // and two files of a outside the order
+	l.SetSiblings(dirSiblings{objs: shards})
+	for _, o := range shards[:2] {
 		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the share fetched", func() bool { return fetchedFiles(st, share) == len(share) })
-	time.Sleep(100 * time.Millisecond)
-	if n := fetchedFiles(st, a) + fetchedFiles(st, b); n != len(share)+2 {
-		t.Fatalf("%d files of a and b fetched for an announced share of %d and 2 files read besides", n, len(share))
+	waitFor(t, "every shard swept", func() bool { return fetchedFiles(st, shards) == len(shards) })
+
+	sw := l.sweep
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	for i := 0; len(sw.kinds) < maxKinds; i++ {
+		sw.kindOpenedLocked(fmt.Sprintf(".k%c%c", 'a'+i/26, 'a'+i%26))
 	}
-	for _, o := range c[:2] {
-		if _, err := readAll(context.Background(), l, o, 4096); err != nil {
-			t.Fatal(err)
-		}
+	if sw.fetchesLocked(".never-opened") {
+		t.Fatal("a kind never opened is fetched with maxKinds kinds known")
 	}
-	waitFor(t, "the sweep of c, which the order does not name", func() bool { return fetchedFiles(st, c) == len(c) })
+	sw.kindOpenedLocked(".one-more")
+	if !sw.fetchesLocked(".never-opened") {
+		t.Fatal("past maxKinds kinds opened, a kind never opened is still not fetched")
+	}
 }
 
 // One file opened twice is not two files of its directory: the kernel's
