@@ -517,6 +517,9 @@ func (f *FS) askStore(nodes map[*fileNode]bool) {
 				f.log.Debug("asking the store for a changed object failed; its directory's relisting will tell", "key", key, "err", err)
 				return nil
 			}
+			if l := f.ns.held(dir); l != nil && !l.at.Before(at) {
+				return nil // the listing caught up while the store was asked
+			}
 			f.healMu.Lock()
 			// Not cleared meanwhile, and no later word on the key (two
 			// versions of it asked about at once).
@@ -924,9 +927,36 @@ func (f *FS) heal(dir string) {
 				continue
 			}
 		}
+		f.forgetAnswers(dir, nodes)
 		// askLoop dropped the entries once it had the store's word; a
 		// lookup that raced it may have put the old version back.
 		f.dropStaleEntries(nodes)
+	}
+}
+
+// forgetAnswers drops the store's answers about nodes' keys that dir's
+// listing has caught up with (made since, or saying the same): current has
+// nothing more to hand out from them, and every readdir of dir would look
+// at them for the mount's life.
+func (f *FS) forgetAnswers(dir string, nodes map[*fileNode]bool) {
+	l := f.ns.held(dir)
+	if l == nil {
+		return
+	}
+	f.healMu.Lock()
+	defer f.healMu.Unlock()
+	for n := range nodes {
+		key := n.obj.Key
+		ans, ok := f.answers[key]
+		if !ok {
+			continue
+		}
+		_, name := splitKey(key)
+		e, listed := lookUp(l, name)
+		same := ans.gone && !listed || !ans.gone && listed && !e.dir && e.obj.ETag == ans.obj.ETag && e.obj.Size == ans.obj.Size
+		if same || !l.at.Before(ans.at) {
+			delete(f.answers, key)
+		}
 	}
 }
 

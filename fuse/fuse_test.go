@@ -735,10 +735,16 @@ func TestOverwrittenTwiceDuringRelisting(t *testing.T) {
 		b, err := os.ReadFile(p)
 		return err == nil && bytes.Equal(b, v3)
 	})
-	// The relisting lands; the heal logs the second version's round.
+	// The relisting lands; the heal logs the second version's round, and
+	// forgets the store's answers, which a readdir would look at for good.
 	close(hold)
 	const line = "objects changed or deleted since they were listed"
 	waitFor(t, "the heal's second line", func() bool { return strings.Count(logs.String(), line) >= 2 })
+	waitFor(t, "the answers forgotten once the listing caught up", func() bool {
+		m.FS.healMu.Lock()
+		defer m.FS.healMu.Unlock()
+		return len(m.FS.answers) == 0
+	})
 	time.Sleep(200 * time.Millisecond) // any line more
 	out := logs.String()
 	if n := strings.Count(out, line); n != 2 || strings.Count(out, "files=1 ") != 2 || strings.Contains(out, "d/f, d/f") {
