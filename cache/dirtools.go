@@ -284,9 +284,10 @@ func leftovers(dir string) (others, oldDirs []string, oldFiles int64, err error)
 // directory rather than find half of it gone. It refuses a directory
 // without the marker and one that a Disk has open. A marker of a format
 // this version does not know (a newer version's cache, or a damaged
-// marker) makes it empty the whole directory and mark it as this
-// version's: a Disk refuses such a directory, and the purge is the way
-// out that the refusal names.
+// marker) is then rewritten as this version's: a Disk refuses such a
+// directory, and the purge is the way out that the refusal names. Only
+// the names a cache keeps are removed: a directory shared with other files
+// keeps those.
 func PurgeDir(dir string, also func() error) error {
 	if err := CheckDir(dir); err != nil {
 		return fmt.Errorf("purge cache dir: %w", err)
@@ -307,9 +308,8 @@ func PurgeDir(dir string, also func() error) error {
 	if err != nil {
 		return fmt.Errorf("purge cache dir %s: read %s: %w", dir, MarkerName, err)
 	}
-	if c := string(content); c != markerContent && c != markerFormat1 && c != "" {
-		return purgeUnknown(dir, marker)
-	}
+	c := string(content)
+	unknown := c != markerContent && c != markerFormat1 && c != ""
 	segs, err := segmentPaths(filepath.Join(dir, segDirName))
 	if err != nil {
 		return fmt.Errorf("purge cache dir %s: %w", dir, err)
@@ -329,29 +329,15 @@ func PurgeDir(dir string, also func() error) error {
 		}
 	}
 	if also != nil {
-		return also()
-	}
-	return nil
-}
-
-// purgeUnknown empties dir, a cache of a format this version does not
-// know, but for its marker, which it then marks as this version's (the
-// same file, so the lock held on it stays).
-func purgeUnknown(dir, marker string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("purge cache dir %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		if e.Name() == MarkerName {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("purge cache dir %s: %w", dir, err)
+		if err := also(); err != nil {
+			return err
 		}
 	}
-	if err := os.WriteFile(marker, []byte(markerContent), 0o644); err != nil {
-		return fmt.Errorf("purge cache dir %s: mark it as this version's cache: %w", dir, err)
+	if unknown {
+		// The same file, so the lock held on it stays.
+		if err := os.WriteFile(marker, []byte(markerContent), 0o644); err != nil {
+			return fmt.Errorf("purge cache dir %s: mark it as this version's cache: %w", dir, err)
+		}
 	}
 	return nil
 }

@@ -261,15 +261,16 @@ func TestDiskRefusesForeignAndBusyDirs(t *testing.T) {
 }
 
 // A purge of a directory whose marker names a format this version does not
-// know (a newer version's, or a damaged marker) empties it and marks it as
-// this version's, so that a Disk opens it: the purge left the marker as it
-// was, reported success, and every mount still refused the directory.
+// know (a newer version's, or a damaged marker) empties it of what a cache
+// keeps and marks it as this version's, so that a Disk opens it: the purge
+// left the marker as it was, reported success, and every mount still
+// refused the directory. Files that are not a cache's stay.
 func TestPurgeUnknownFormat(t *testing.T) {
 	for _, marker := range []string{"dataccel block cache, format 9\n", "junk\n"} {
 		t.Run(strings.TrimSpace(marker), func(t *testing.T) {
 			dir := t.TempDir()
 			writeMarker(t, dir, marker)
-			for _, p := range []string{"segments/x", "newer/state", "manifest-1.gob.gz"} {
+			for _, p := range []string{"segments/x", "segments/" + segmentName(3), StateName, "notes.txt"} {
 				p = filepath.Join(dir, p)
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 					t.Fatal(err)
@@ -285,8 +286,12 @@ func TestPurgeUnknownFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ents) != 1 || ents[0].Name() != MarkerName {
-				t.Errorf("left after the purge: %v, want only the marker", ents)
+			var left []string
+			for _, e := range ents {
+				left = append(left, e.Name())
+			}
+			if segs := segFiles(t, dir); len(segs) != 0 || !slices.Equal(left, []string{MarkerName, "notes.txt", "segments"}) {
+				t.Errorf("left after the purge: %v and segments %v, want the marker, notes.txt and an empty segments", left, segs)
 			}
 			openDisk(t, DiskOptions{Dir: dir, MaxBytes: 1 << 20, MinFreeFraction: -1})
 			if st, err := StatDir(dir); err != nil || st.Entries != 0 {

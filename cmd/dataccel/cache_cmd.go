@@ -115,14 +115,19 @@ func newCacheCmd() *cobra.Command {
 }
 
 // cacheUser names the mount that uses the cache dir, by the record it keeps
-// there (" (the mount at /data)"), or nothing when there is none: warm and
+// there (" (the mount at /data)"), or nothing when there is none or the
+// place it names is not mounted (a record a killed mount left): warm and
 // purge hold the directory without one.
 func cacheUser(dir string) string {
 	b, err := os.ReadFile(filepath.Join(dir, mountRecord))
-	if mp := strings.TrimSpace(string(b)); err == nil && mp != "" {
-		return " (the mount at " + mp + ", by the record it keeps there)"
+	mp := strings.TrimSpace(string(b))
+	if err != nil || mp == "" {
+		return ""
 	}
-	return ""
+	if mounted, _ := fuse.IsMountpoint(mp); !mounted {
+		return ""
+	}
+	return " (the mount at " + mp + ", by the record it keeps there)"
 }
 
 // readFileWithin reads the file at path, giving up after d: a file in a

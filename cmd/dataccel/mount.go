@@ -497,7 +497,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 			age := time.Since(m.Created).Round(time.Second)
 			switch {
 			case age >= f.metadataTTL:
-				logger.Info("namespace manifest older than --metadata-ttl, not used: its directories are listed again as they are read",
+				logger.Info("namespace manifest older than --metadata-ttl: its directories are listed again as they are read",
 					"directories", len(m.Dirs), "age", age.String())
 			case p.manifestMode == "refresh":
 				logger.Info("namespace manifest loaded: its listings serve until each directory is listed again, in the background; objects changed since read as they were until then",
