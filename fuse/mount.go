@@ -27,8 +27,9 @@ type Mount struct {
 // ResolveMountpoint returns dir absolute, its symlinks resolved: the mount
 // table lists the real path (a stale or live mount at dir is found by it),
 // and fusermount3 refuses a mountpoint that is a symlink. The last element
-// is resolved only if it is a symlink: a dead mount there cannot be
-// stat'ed, and is kept as named.
+// is resolved only if it is a symlink, and not looked at if a file system
+// is mounted there: a dead mount cannot be stat'ed, and a stopped one
+// never answers (CheckMountpoint probes it with a deadline).
 func ResolveMountpoint(dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -39,6 +40,9 @@ func ResolveMountpoint(dir string) (string, error) {
 		return abs, nil // CheckMountpoint says what is missing
 	}
 	p := filepath.Join(parent, filepath.Base(abs))
+	if info, err := mountAt(p); err == nil && info.fstype != "" {
+		return p, nil // a mount's path is no symlink: mounts follow them
+	}
 	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		if target, err := filepath.EvalSymlinks(p); err == nil {
 			p = target

@@ -832,23 +832,32 @@ func stopProcess(t *testing.T, cmd *exec.Cmd) {
 
 // TestBusyCacheDirLeavesMountAlone: a second mount on the mountpoint and the
 // cache dir of a mount that answers nothing for now (stopped) fails on the
-// cache dir, naming the mount that holds it, and leaves that mount be: it
-// aborted and detached the first mount as hung, then failed on the cache
-// dir all the same, leaving nothing mounted.
+// cache dir, at once, naming the mount that holds it, and leaves that
+// mount be: it aborted and detached the first mount as hung, then failed
+// on the cache dir all the same, leaving nothing mounted; and once the
+// kernel no longer trusted the stopped mount's attributes, it hung on a
+// stat of the mountpoint.
 func TestBusyCacheDirLeavesMountAlone(t *testing.T) {
 	st := srv.NewBucket(t)
 	testenv.Put(t, st, "f", []byte("z"))
 	mnt, cacheDir := t.TempDir(), t.TempDir()
-	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "s3://" + st.Bucket(), mnt}
+	const ttl = time.Second // the kernel's attribute timeout
+	args := []string{"--endpoint", srv.Endpoint, "--cache-dir", cacheDir, "--metadata-ttl", ttl.String(), "s3://" + st.Bucket(), mnt}
 	first, _ := mountProcess(t, args...)
 	waitFor(t, 10*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(cacheDir, mountRecord))
 		return err == nil
 	})
 	stopProcess(t, first)
-	second := exec.Command(bin, append([]string{"mount"}, args...)...)
+	time.Sleep(ttl + 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, bin, append([]string{"mount"}, args...)...)
 	second.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
 	out, err := second.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the second mount was still running after 20 s:\n%s", out)
+	}
 	if err == nil || !strings.Contains(string(out), "in use by another process") || !strings.Contains(string(out), "the mount at "+mnt) {
 		t.Errorf("second mount on a busy cache dir: %v, want it refused, naming the mount at %s:\n%s", err, mnt, out)
 	}
