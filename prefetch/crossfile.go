@@ -473,11 +473,18 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		if o.IsPrefix {
 			continue
 		}
+		fresh := o.Key > st.scheduled
+		if fresh && !p.l.sweep.fetches(kindOf(o.Key)) {
+			// A kind the job has not opened: labels read beside images
+			// leave the images. Not scheduled: a later walk over them,
+			// once one is opened, fetches them ahead.
+			continue
+		}
 		bytes += p.l.prefetchBytes(o)
 		if i > 0 && bytes > p.l.opts.ByteLead {
 			break
 		}
-		if o.Key > st.scheduled {
+		if fresh {
 			st.queued++
 			add = append(add, job{obj: o, idx: -1, tail: st.queued%dirSentinel == 0})
 			st.scheduled = o.Key

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,35 @@ func addFiles(st *fakeStore, dir string, n int, size int64) []store.Object {
 		objs[i] = st.add(fmt.Sprintf("%s/%05d.jpg", dir, i), size)
 	}
 	return objs
+}
+
+// Directory order fetches ahead only the kinds of file the job opened: a
+// walk over the labels of a directory (LABEL000..., no extension) whose
+// images follow them in listing order fetched images past the last label.
+func TestDirectoryOrderLeavesKindsNotOpened(t *testing.T) {
+	st := newFakeStore()
+	var labels, images []store.Object
+	for i := range 20 {
+		labels = append(labels, st.add(fmt.Sprintf("d/LABEL%03d", i), 300))
+	}
+	for i := range 20 {
+		images = append(images, st.add(fmt.Sprintf("d/img%03d.jpg", i), 50_000))
+	}
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 8, Workers: 4})
+	l.SetSiblings(dirSiblings{objs: slices.Concat(labels, images)})
+	walk(t, l, st, labels, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if n := fetchedFiles(st, images); n != 0 {
+		t.Fatalf("%d images fetched ahead of a walk over the labels, want none", n)
+	}
+	if n := fetchedFiles(st, labels); n != len(labels) {
+		t.Fatalf("%d of %d labels fetched", n, len(labels))
+	}
+	// Once an image is opened, the walk over them is fetched ahead.
+	opened := walk(t, l, st, images, 3*time.Millisecond)
+	if late := lateFiles(t, st, images, opened, func(i int) bool { return i >= 3 }); late > 1 {
+		t.Errorf("%d images not fetched before the walk opened them", late)
+	}
 }
 
 func TestDirectoryOrderPrefetch(t *testing.T) {

@@ -12,9 +12,10 @@
 // passes them in through Siblings), the page cache (the fuse layer stores
 // into it through PageCache) or errno mapping (package fuse).
 //
-// Lock order: Loader.mu -> planner.dirMu -> planner.mu, and Loader.mu ->
-// budget.mu (a prefetch checks, under Loader.mu, that its file is still
-// ahead of the reader). No lock is held across a GET, a cache tier call
+// Lock order: Loader.mu -> planner.dirMu -> planner.mu, planner.dirMu ->
+// sweeper.mu (directory order fetches the kinds of file opened), and
+// Loader.mu -> budget.mu (a prefetch checks, under Loader.mu, that its
+// file is still ahead of the reader). No lock is held across a GET, a cache tier call
 // (but for the index lookup of Contains, which takes only the tier's own
 // leaf locks) or a push into the page cache.
 package prefetch
@@ -375,6 +376,7 @@ func (l *Loader) Close() error {
 func (l *Loader) Open(obj store.Object) Reader {
 	if l.plan != nil {
 		sib := l.plan.opened(obj)
+		l.sweep.kindOpened(sib, obj.Key)
 		if l.tier != nil && l.opts.SweepBytes > 0 {
 			l.sweep.opened(sib, obj)
 		}

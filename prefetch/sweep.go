@@ -67,12 +67,21 @@ const maxWaiting = 1 << 18
 // otherwise keep the sweep from fetching anything).
 const maxKinds = 64
 
+// compressed are the extensions of a compressed file, whose kind is the
+// extension before it too (labels.json.gz is not a shard.tar.gz).
+var compressed = map[string]bool{".gz": true, ".bz2": true, ".xz": true, ".zst": true, ".lz4": true, ".br": true, ".z": true}
+
 // kindOf is the extension of key's name in lower case and without its
-// digits ("" for none): the kind of file a sweep fetches once one of its
-// kind is opened. Without the digits, numbered shards are one kind
-// (x.tfrecord-00000-of-01024, frame.000001).
+// digits ("" for none), with the one before it for a compressed file: the
+// kind of file a sweep fetches once one of its kind is opened. Without the
+// digits, numbered shards are one kind (x.tfrecord-00000-of-01024,
+// frame.000001).
 func kindOf(key string) string {
-	ext := path.Ext(key[strings.LastIndexByte(key, '/')+1:])
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	ext := path.Ext(name)
+	if compressed[strings.ToLower(ext)] {
+		ext = path.Ext(name[:len(name)-len(ext)]) + ext
+	}
 	plain := true
 	for i := 0; i < len(ext) && plain; i++ {
 		c := ext[i]
@@ -97,6 +106,29 @@ func kindOf(key string) string {
 // fetchesLocked says whether the sweep fetches files of kind. Callers hold
 // mu.
 func (s *sweeper) fetchesLocked(kind string) bool { return s.anyKind || s.kinds[kind] }
+
+// fetches says whether the sweep and directory-order prefetch fetch files
+// of kind: a kind a file of which was opened.
+func (s *sweeper) fetches(kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetchesLocked(kind)
+}
+
+// kindOpened records the kind of a file opened (with every open, sweep or
+// not: directory-order prefetch asks too) and starts drain for the
+// directories that waited for it.
+func (s *sweeper) kindOpened(sib Siblings, key string) {
+	s.mu.Lock()
+	start := s.kindOpenedLocked(kindOf(key))
+	if start && sib == nil {
+		s.draining, start = false, false
+	}
+	s.mu.Unlock()
+	if start {
+		s.startDrain(sib)
+	}
+}
 
 // kindOpenedLocked records that a file of kind was opened, and queues for
 // drain the directories that waited for it (all of them once past
@@ -210,11 +242,6 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	dir := parentOf(obj.Key)
 	s.mu.Lock()
-	if s.kindOpenedLocked(kindOf(obj.Key)) {
-		s.mu.Unlock()
-		s.startDrain(sib)
-		s.mu.Lock()
-	}
 	d := s.dirLocked(dir)
 	if d == nil || d.queued {
 		s.mu.Unlock()

@@ -133,7 +133,10 @@ func TestKindOf(t *testing.T) {
 		"s/train.tfrecord-00000-of-01024": ".tfrecord--of-", // numbered shards are one kind
 		"v/frame.000001":                  ".",
 		"v/clip.mp4":                      ".mp",
-		"a/b.tar.gz":                      ".gz",
+		"a/b.tar.gz":                      ".tar.gz", // compressed: the extension before counts
+		"a/labels.JSON.GZ":                ".json.gz",
+		"a/doc.gz":                        ".gz",
+		"a/shard-0001.tar.zst":            ".tar.zst",
 		"a/README":                        "",
 		"a/.hidden":                       ".hidden",
 		"a.d/file":                        "", // a dot in a directory's name is no extension

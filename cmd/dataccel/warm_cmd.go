@@ -192,7 +192,10 @@ func warmStore(ctx context.Context, logger *slog.Logger, f warmFlags, rawURL str
 	opts.QueueBytes = budget // warm's memory is the queue
 	disk, err := cache.NewDisk(opts)
 	if err != nil {
-		return fmt.Errorf("disk cache: %w (to warm the cache of a running mount, run warm on its mountpoint)", err)
+		if errors.Is(err, cache.ErrInUse) {
+			return fmt.Errorf("disk cache: %w%s (to warm the cache of a running mount, run warm on its mountpoint)", err, cacheUser(f.mount.cacheDir))
+		}
+		return fmt.Errorf("disk cache: %w", err)
 	}
 	defer disk.Close()
 
