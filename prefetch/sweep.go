@@ -67,9 +67,18 @@ const maxWaiting = 1 << 18
 // otherwise keep the sweep from fetching anything).
 const maxKinds = 64
 
-// compressed are the extensions of a compressed file, whose kind is the
-// extension before it too (labels.json.gz is not a shard.tar.gz).
-var compressed = map[string]bool{".gz": true, ".bz2": true, ".xz": true, ".zst": true, ".lz4": true, ".br": true, ".z": true}
+// compressedExts are the extensions of a compressed file, whose kind is
+// the extension before it too (labels.json.gz is not a shard.tar.gz).
+var compressedExts = [...]string{".gz", ".bz2", ".xz", ".zst", ".lz4", ".br", ".z"}
+
+func compressed(ext string) bool {
+	for _, c := range compressedExts {
+		if strings.EqualFold(ext, c) {
+			return true
+		}
+	}
+	return false
+}
 
 // kindOf is the extension of key's name in lower case and without its
 // digits ("" for none), with the one before it for a compressed file: the
@@ -79,7 +88,7 @@ var compressed = map[string]bool{".gz": true, ".bz2": true, ".xz": true, ".zst":
 func kindOf(key string) string {
 	name := key[strings.LastIndexByte(key, '/')+1:]
 	ext := path.Ext(name)
-	if compressed[strings.ToLower(ext)] {
+	if compressed(ext) {
 		ext = path.Ext(name[:len(name)-len(ext)]) + ext
 	}
 	plain := true
@@ -370,11 +379,15 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 // workers for them; it reports false, queueing none, when they would take
 // the sweep past SweepBytes.
 func (s *sweeper) queueFiles(files []store.Object) bool {
+	kinds := make([]string, len(files)) // outside mu, which every open takes
+	for i, f := range files {
+		kinds[i] = kindOf(f.Key)
+	}
 	s.mu.Lock()
 	var size int64
 	n := 0
-	for _, f := range files {
-		if s.fetchesLocked(kindOf(f.Key)) {
+	for i, f := range files {
+		if s.fetchesLocked(kinds[i]) {
 			size += f.Size
 			n++
 		}
@@ -388,8 +401,8 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 		s.queue = append(s.queue, files...)
 	} else {
 		var left map[string]bool // the kinds not opened yet, once each
-		for _, f := range files {
-			kind := kindOf(f.Key)
+		for i, f := range files {
+			kind := kinds[i]
 			if s.fetchesLocked(kind) {
 				s.queue = append(s.queue, f)
 				continue

@@ -573,3 +573,16 @@ func TestCloseWhileOpening(t *testing.T) {
 		<-opened
 	}
 }
+
+// BenchmarkKindOf: the sweep asks the kind of every file it queues, and
+// directory order of each file it schedules.
+func BenchmarkKindOf(b *testing.B) {
+	for _, key := range []string{"train/c001/img0000001.jpg", "train/n01440764/n01440764_10026.JPEG", "s/train.tfrecord-00001-of-01024", "l/labels.json.gz"} {
+		b.Run(key[strings.LastIndexByte(key, '/')+1:], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				kindOf(key)
+			}
+		})
+	}
+}
