@@ -153,8 +153,9 @@ func (w *walkAhead) advance(dir, name string, levels int) (depth int, walked boo
 	case name == "":
 		p.depth = max(p.depth, levels)
 		if p.entered { // listed ahead, or entered, before: its first window is queued
+			depth = p.depth // read under mu: another walker's advance writes it
 			w.mu.Unlock()
-			return p.depth, true
+			return depth, true
 		}
 		p.listed, p.entered = walkAfter, true
 		depth = p.depth

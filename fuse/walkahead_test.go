@@ -412,3 +412,40 @@ func TestWalkAheadPastMaxParents(t *testing.T) {
 	}
 	w.mu.Unlock()
 }
+
+// Walkers listing the same directories at once (the data-loader workers
+// of one job): run under -race, it caught advance reading a walked
+// directory's depth after letting go of the lock another walker writes it
+// under (found by TestWarmThroughMount in CI).
+func TestWalkAheadConcurrentWalkers(t *testing.T) {
+	const n = 64
+	ns := newNamespace(t.Context(), memStore{}, time.Hour, slog.New(slog.DiscardHandler))
+	listings := []store.ManifestDir{{Dir: "ds/"}}
+	dirs := make([]string, n)
+	for i := range n {
+		name := fmt.Sprintf("d%03d", i)
+		dirs[i] = "ds/" + name + "/"
+		listings[0].Subdirs = append(listings[0].Subdirs, name)
+		listings = append(listings, store.ManifestDir{Dir: dirs[i], Subdirs: []string{"s"}, Files: []store.Object{{Key: dirs[i] + "f", Size: 1, ETag: "e"}}})
+		listings = append(listings, store.ManifestDir{Dir: dirs[i] + "s/", Files: []store.Object{{Key: dirs[i] + "s/f", Size: 1, ETag: "e"}}})
+	}
+	ns.restore("", listings, time.Time{})
+	w := newWalkAhead(t.Context(), ns, 4, slog.New(slog.DiscardHandler))
+	var g sync.WaitGroup
+	for range 8 {
+		g.Go(func() {
+			for range 20 {
+				for _, d := range dirs {
+					w.listed(d)
+					w.listed(d + "s/")
+				}
+			}
+		})
+	}
+	g.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.parents["ds/"]; p == nil || !p.entered && p.listed < walkAfter {
+		t.Fatalf("ds/ not walked after every subdirectory was listed: %+v", p)
+	}
+}
