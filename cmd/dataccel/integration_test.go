@@ -226,6 +226,27 @@ func TestRestartServesFromCache(t *testing.T) {
 	}
 }
 
+// changeDataset changes a dataset of dataset(t, st, "ds/", ...) in the
+// store, and files with it: one object overwritten, one added, one deleted
+// (its name returned).
+func changeDataset(t *testing.T, st *s3.Store, files map[string][]byte) (gone string) {
+	t.Helper()
+	const changed, added = "c00/img00000.jpg", "c02/new.jpg"
+	gone = "c01/img00001.jpg"
+	files[changed] = bytes.Repeat([]byte("v2"), len(files[changed])/2)
+	files[added] = []byte("added")
+	for _, rel := range []string{changed, added} {
+		if _, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, files[rel]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Remove(context.Background(), "ds/"+gone); err != nil {
+		t.Fatal(err)
+	}
+	delete(files, gone)
+	return gone
+}
+
 // TestStaleManifest: a manifest is trusted for --metadata-ttl from when its
 // listings were made, not from the remount. Objects overwritten, added and
 // deleted between two mounts on one cache dir show in the second mount as
@@ -244,18 +265,7 @@ func TestStaleManifest(t *testing.T) {
 	waitManifest(t, cacheDir)
 	m.unmount(t)
 
-	const changed, gone, added = "c00/img00000.jpg", "c01/img00001.jpg", "c02/new.jpg"
-	files[changed] = bytes.Repeat([]byte("v2"), len(files[changed])/2)
-	files[added] = []byte("added")
-	for _, rel := range []string{changed, added} {
-		if _, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, files[rel]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.Remove(context.Background(), "ds/"+gone); err != nil {
-		t.Fatal(err)
-	}
-	delete(files, gone)
+	gone := changeDataset(t, st, files)
 	const ttl = 3 * time.Second
 	time.Sleep(time.Until(listed.Add(ttl + 100*time.Millisecond)))
 
@@ -285,18 +295,7 @@ func TestRestartSeesChanges(t *testing.T) {
 	readAllFiles(t, m.dir, files)
 	m.unmount(t)
 
-	const changed, gone, added = "c00/img00000.jpg", "c01/img00001.jpg", "c02/new.jpg"
-	files[changed] = bytes.Repeat([]byte("v2"), len(files[changed])/2)
-	files[added] = []byte("added")
-	for _, rel := range []string{changed, added} {
-		if _, err := testenv.PutBytes(context.Background(), st, "ds/"+rel, files[rel]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.Remove(context.Background(), "ds/"+gone); err != nil {
-		t.Fatal(err)
-	}
-	delete(files, gone)
+	gone := changeDataset(t, st, files)
 
 	m2 := startMount(t, t.TempDir(), args...)
 	readAllFiles(t, m2.dir, files)
