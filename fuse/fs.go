@@ -517,8 +517,8 @@ func (f *FS) askStore(nodes map[*fileNode]bool) {
 				f.log.Debug("asking the store for a changed object failed; its directory's relisting will tell", "key", key, "err", err)
 				return nil
 			}
-			if l := f.ns.held(dir); l != nil && !l.at.Before(at) {
-				return nil // the listing caught up while the store was asked
+			if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
+				return nil // listed since the version went stale, while the store was asked: current would not hand it out
 			}
 			f.healMu.Lock()
 			// Not cleared meanwhile, and no later word on the key (two
@@ -935,9 +935,9 @@ func (f *FS) heal(dir string) {
 }
 
 // forgetAnswers drops the store's answers about nodes' keys that dir's
-// listing has caught up with (made since, or saying the same): current has
-// nothing more to hand out from them, and every readdir of dir would look
-// at them for the mount's life.
+// listing has caught up with (made since the version went stale, or saying
+// the same): current has nothing more to hand out from them, and every
+// readdir of dir would look at them for the mount's life.
 func (f *FS) forgetAnswers(dir string, nodes map[*fileNode]bool) {
 	l := f.ns.held(dir)
 	if l == nil {
@@ -951,10 +951,19 @@ func (f *FS) forgetAnswers(dir string, nodes map[*fileNode]bool) {
 		if !ok {
 			continue
 		}
+		// What current would do with it: hand it out for the version
+		// the listing shows, if that went stale after the listing was
+		// made and before the store was asked.
 		_, name := splitKey(key)
 		e, listed := lookUp(l, name)
-		same := ans.gone && !listed || !ans.gone && listed && !e.dir && e.obj.ETag == ans.obj.ETag && e.obj.Size == ans.obj.Size
-		if same || !l.at.Before(ans.at) {
+		var since time.Time
+		usable := listed && !e.dir
+		if usable {
+			since, usable = f.staleSince[fileIno(e.obj)]
+		}
+		usable = usable && l.at.Before(since) && !ans.at.Before(since)
+		same := !ans.gone && listed && !e.dir && e.obj.ETag == ans.obj.ETag && e.obj.Size == ans.obj.Size
+		if !usable || same {
 			delete(f.answers, key)
 		}
 	}

@@ -469,19 +469,31 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		bytes int64
 		add   []job
 	)
-	for i, o := range sib.Next(key, p.l.opts.FileLead) {
+	next := sib.Next(key, p.l.opts.FileLead)
+	kinds := make([]string, 0, len(next)) // of the files not scheduled yet
+	for _, o := range next {
+		if !o.IsPrefix && o.Key > st.scheduled {
+			kinds = append(kinds, kindOf(o.Key))
+		}
+	}
+	fetched, n := p.l.sweep.fetchesEach(kinds), 0
+	for _, o := range next {
 		if o.IsPrefix {
 			continue
 		}
 		fresh := o.Key > st.scheduled
-		if fresh && !p.l.sweep.fetches(kindOf(o.Key)) {
-			// A kind the job has not opened: labels read beside images
-			// leave the images. Not scheduled: a later walk over them,
-			// once one is opened, fetches them ahead.
-			continue
+		if fresh {
+			ok := fetched[0]
+			fetched = fetched[1:]
+			if !ok {
+				// A kind the job has not opened: labels read beside
+				// images leave the images. Not scheduled: a later walk
+				// over them, once one is opened, fetches them ahead.
+				continue
+			}
 		}
 		bytes += p.l.prefetchBytes(o)
-		if i > 0 && bytes > p.l.opts.ByteLead {
+		if n++; n > 1 && bytes > p.l.opts.ByteLead {
 			break
 		}
 		if fresh {
@@ -506,6 +518,18 @@ func (l *Loader) prefetchBytes(obj store.Object) int64 {
 		return max(obj.Size, 0)
 	}
 	return min(obj.Size, int64(l.opts.FileBlocks)*l.opts.BlockSize)
+}
+
+// kindAdded takes each directory's walk back to its reader: files of a
+// kind not opened before were passed over, and are wanted now (a
+// directory of .jpg and .png files whose first .png is opened after a
+// few .jpg). Files held or cached are not fetched again.
+func (p *planner) kindAdded() {
+	p.dirMu.Lock()
+	defer p.dirMu.Unlock()
+	for _, st := range p.dirs {
+		st.scheduled = min(st.scheduled, st.last)
+	}
 }
 
 // within says whether key is among the n files after from.

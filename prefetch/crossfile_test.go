@@ -87,6 +87,28 @@ func TestDirectoryOrderLeavesKindsNotOpened(t *testing.T) {
 	}
 }
 
+// A kind first opened in the middle of a walk is fetched ahead from there,
+// the files of it the walk passed over included: a directory of .jpg and
+// .png files read in order whose first .png comes third.
+func TestDirectoryOrderKindOpenedLate(t *testing.T) {
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	var objs []store.Object
+	for i := range 30 {
+		ext := ".jpg"
+		if i >= 2 && i%2 == 0 {
+			ext = ".png"
+		}
+		objs = append(objs, st.add(fmt.Sprintf("d/f%03d%s", i, ext), 20_000))
+	}
+	l := newTestLoader(t, st, nil, Options{CrossFile: true, FileLead: 6, Workers: 4})
+	l.SetSiblings(dirSiblings{objs: objs})
+	opened := walk(t, l, st, objs, 3*time.Millisecond)
+	if late := lateFiles(t, st, objs, opened, func(i int) bool { return i >= 4 }); late > 1 {
+		t.Errorf("%d files from the fifth on not fetched before the walk opened them", late)
+	}
+}
+
 func TestDirectoryOrderPrefetch(t *testing.T) {
 	const n, lead = 40, 6
 	for _, tc := range []struct {

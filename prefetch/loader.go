@@ -375,8 +375,14 @@ func (l *Loader) Close() error {
 // prefetcher where the reader is. Open does no I/O.
 func (l *Loader) Open(obj store.Object) Reader {
 	if l.plan != nil {
+		fresh, drain := l.sweep.kindOpened(obj.Key)
+		if fresh {
+			l.plan.kindAdded()
+		}
 		sib := l.plan.opened(obj)
-		l.sweep.kindOpened(sib, obj.Key)
+		if drain {
+			l.sweep.startDrain(sib)
+		}
 		if l.tier != nil && l.opts.SweepBytes > 0 {
 			l.sweep.opened(sib, obj)
 		}

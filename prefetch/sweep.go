@@ -116,27 +116,31 @@ func kindOf(key string) string {
 // mu.
 func (s *sweeper) fetchesLocked(kind string) bool { return s.anyKind || s.kinds[kind] }
 
-// fetches says whether the sweep and directory-order prefetch fetch files
-// of kind: a kind a file of which was opened.
-func (s *sweeper) fetches(kind string) bool {
+// fetchesEach says, for each of kinds, whether the sweep and directory
+// order fetch files of it: one lock for a batch.
+func (s *sweeper) fetchesEach(kinds []string) []bool {
+	out := make([]bool, len(kinds))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fetchesLocked(kind)
+	for i, k := range kinds {
+		out[i] = s.fetchesLocked(k)
+	}
+	return out
 }
 
 // kindOpened records the kind of a file opened (with every open, sweep or
-// not: directory-order prefetch asks too) and starts drain for the
-// directories that waited for it.
-func (s *sweeper) kindOpened(sib Siblings, key string) {
+// not: directory-order prefetch asks too, so before the planner hears of
+// the open), and reports whether it is a kind not fetched before (fresh)
+// and whether startDrain is to be called for the directories that waited
+// for it.
+func (s *sweeper) kindOpened(key string) (fresh, drain bool) {
+	kind := kindOf(key) // outside mu, which every open takes
 	s.mu.Lock()
-	start := s.kindOpenedLocked(kindOf(key))
-	if start && sib == nil {
-		s.draining, start = false, false
+	defer s.mu.Unlock()
+	if s.fetchesLocked(kind) {
+		return false, false
 	}
-	s.mu.Unlock()
-	if start {
-		s.startDrain(sib)
-	}
+	return true, s.kindOpenedLocked(kind)
 }
 
 // kindOpenedLocked records that a file of kind was opened, and queues for
@@ -165,12 +169,13 @@ func (s *sweeper) kindOpenedLocked(kind string) (start bool) {
 	return true
 }
 
-// startDrain starts drain, unless the loader is closing. Under Loader.mu,
-// as every wg.Add (see queueFiles), with mu not held.
+// startDrain starts drain, unless the loader is closing (or has no
+// listings to drain from). Under Loader.mu, as every wg.Add (see
+// queueFiles), with mu not held.
 func (s *sweeper) startDrain(sib Siblings) {
 	l := s.l
 	l.mu.Lock()
-	if !l.closed {
+	if !l.closed && sib != nil {
 		l.wg.Add(1)
 		go s.drain(sib)
 		l.mu.Unlock()
@@ -202,6 +207,9 @@ func (s *sweeper) drain(sib Siblings) {
 		s.nWaiting -= len(dirs)
 		s.mu.Unlock()
 		for _, d := range dirs {
+			if s.l.ctx.Err() != nil {
+				break // closing: the loop above ends it
+			}
 			var files []store.Object
 			for _, f := range sib.Files(d) {
 				if kindOf(f.Key) == kind {
