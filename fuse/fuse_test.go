@@ -822,6 +822,50 @@ func TestAnsweredIn(t *testing.T) {
 	}
 }
 
+// forgetAnswers keeps a store's answer only while current could hand it
+// out: for a listed version that went stale after the listing was made
+// and before the store was asked. An answer that came after a relisting
+// made since the version went stale was kept for the mount's life, and
+// every readdir of the directory looked at it.
+func TestForgetAnswers(t *testing.T) {
+	f := newFS(Config{Store: memStore{objs: map[string][]byte{"d/f": []byte("abc")}}, MetadataTTL: time.Hour})
+	t.Cleanup(f.stop)
+	if _, err := f.ns.list(context.Background(), "d/"); err != nil {
+		t.Fatal(err)
+	}
+	l := f.ns.held("d/")
+	e, _ := lookUp(l, "f")
+	listed := e.obj
+	other := store.Object{Key: "d/f", Size: 5, ETag: "later"}
+	for _, c := range []struct {
+		name     string
+		since    time.Duration // when the listed version went stale, from the listing
+		answerAt time.Duration
+		answer   store.Object
+		kept     bool
+	}{
+		{"stale after the listing, asked since", time.Second, 2 * time.Second, other, true},
+		{"stale before the listing (a relisting made since)", -2 * time.Second, time.Second, other, false},
+		{"asked before it went stale", time.Second, 500 * time.Millisecond, other, false},
+		{"the listing says the same", time.Second, 2 * time.Second, listed, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.healMu.Lock()
+			clear(f.answers)
+			f.staleSince[fileIno(listed)] = l.at.Add(c.since)
+			f.answers["d/f"] = storeAnswer{obj: c.answer, at: l.at.Add(c.answerAt)}
+			f.healMu.Unlock()
+			f.forgetAnswers("d/", map[*fileNode]bool{f.newFileNode(listed): true})
+			f.healMu.Lock()
+			_, kept := f.answers["d/f"]
+			f.healMu.Unlock()
+			if kept != c.kept {
+				t.Errorf("answer kept: %v, want %v", kept, c.kept)
+			}
+		})
+	}
+}
+
 // countedHeads counts the HEADs (Stat) a mount sends.
 type countedHeads struct {
 	*heldLists
