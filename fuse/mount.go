@@ -27,10 +27,16 @@ type Mount struct {
 // ResolveMountpoint returns dir absolute, its symlinks resolved: the mount
 // table lists the real path (a stale or live mount at dir is found by it),
 // and fusermount3 refuses a mountpoint that is a symlink. The last element
-// is resolved only if it is a symlink, and not looked at if a file system
-// is mounted there: a dead mount cannot be stat'ed, and a stopped one
-// never answers (CheckMountpoint probes it with a deadline).
-func ResolveMountpoint(dir string) (string, error) {
+// is resolved only if it is a symlink, link by link, and not looked at if
+// a file system is mounted there: a dead mount cannot be stat'ed, and a
+// stopped one never answers (CheckMountpoint probes it with a deadline).
+func ResolveMountpoint(dir string) (string, error) { return resolveMountpoint(dir, 0) }
+
+// maxLinks bounds the symlinks followed to a mountpoint, as the kernel's
+// own limit does (ELOOP past it).
+const maxLinks = 40
+
+func resolveMountpoint(dir string, links int) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
@@ -43,9 +49,13 @@ func ResolveMountpoint(dir string) (string, error) {
 	if info, err := mountAt(p); err == nil && info.fstype != "" {
 		return p, nil // a mount's path is no symlink: mounts follow them
 	}
-	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		if target, err := filepath.EvalSymlinks(p); err == nil {
-			p = target
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 && links < maxLinks {
+		// Read, not followed: the target may be a stopped mount.
+		if target, err := os.Readlink(p); err == nil {
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(parent, target)
+			}
+			return resolveMountpoint(target, links+1)
 		}
 	}
 	return p, nil

@@ -860,6 +860,23 @@ func TestBusyCacheDirLeavesMountAlone(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "in use by another process") || !strings.Contains(string(out), "the mount at "+mnt) {
 		t.Errorf("second mount on a busy cache dir: %v, want it refused, naming the mount at %s:\n%s", err, mnt, out)
 	}
+	// The same through a symlink to the mountpoint: resolving it stat'ed
+	// the stopped mount.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(mnt, link); err != nil {
+		t.Fatal(err)
+	}
+	viaLink := slices.Clone(args)
+	viaLink[len(viaLink)-1] = link
+	third := exec.CommandContext(ctx, bin, append([]string{"mount"}, viaLink...)...)
+	third.Env = second.Env
+	out, err = third.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("a mount through a symlink to the stopped mount was still running after 20 s:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "in use by another process") {
+		t.Errorf("a mount through a symlink on a busy cache dir: %v, want it refused:\n%s", err, out)
+	}
 	first.Process.Signal(syscall.SIGCONT)
 	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "z" {
 		t.Fatalf("the first mount after the refused one: %q %v, want it still serving", b, err)
