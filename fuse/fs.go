@@ -423,25 +423,43 @@ type storeAnswer struct {
 // word on it.
 func (f *FS) current(dir string, obj store.Object) (store.Object, error) {
 	f.healMu.Lock()
-	since, stale := f.staleSince[fileIno(obj)]
 	ans, known := f.answers[obj.Key]
-	// An answer whose own version went stale since is no better.
-	answerStale := false
-	if known && !ans.gone {
-		s, ok := f.staleSince[fileIno(ans.obj)]
-		answerStale = ok && !s.Before(ans.at)
-	}
 	f.healMu.Unlock()
-	if !stale || !known || ans.at.Before(since) || answerStale {
+	if !known {
+		return obj, nil // the common case: no lookup waits for more
+	}
+	var listedAt time.Time // none held: older than any staleness
+	if l := f.ns.held(dir); l != nil {
+		listedAt = l.at
+	}
+	f.healMu.Lock()
+	use := f.answerForLocked(obj, listedAt, ans)
+	f.healMu.Unlock()
+	switch {
+	case !use:
 		return obj, nil
-	}
-	if l := f.ns.held(dir); l != nil && !l.at.Before(since) {
-		return obj, nil // listed since it went stale: the store's last word
-	}
-	if ans.gone {
+	case ans.gone:
 		return store.Object{}, fmt.Errorf("%s: deleted since it was listed: %w", obj.Key, store.ErrNotExist)
 	}
 	return ans.obj, nil
+}
+
+// answerForLocked says whether ans is the store's word on obj, the version
+// a listing made at listedAt shows: obj went stale after that listing (a
+// listing made since is the store's last word), and ans was asked after
+// it went stale (an earlier change of the key is no word on it), and not
+// its own version went stale since (no better). Callers hold healMu.
+func (f *FS) answerForLocked(obj store.Object, listedAt time.Time, ans storeAnswer) bool {
+	since, stale := f.staleSince[fileIno(obj)]
+	if !stale || !listedAt.Before(since) || ans.at.Before(since) {
+		return false
+	}
+	if !ans.gone {
+		if s, ok := f.staleSince[fileIno(ans.obj)]; ok && !s.Before(ans.at) {
+			return false
+		}
+	}
+	return true
 }
 
 const (
@@ -951,17 +969,11 @@ func (f *FS) forgetAnswers(dir string, nodes map[*fileNode]bool) {
 		if !ok {
 			continue
 		}
-		// What current would do with it: hand it out for the version
-		// the listing shows, if that went stale after the listing was
-		// made and before the store was asked.
+		// What current would do with it for the version the listing
+		// shows; one that says the same adds nothing.
 		_, name := splitKey(key)
 		e, listed := lookUp(l, name)
-		var since time.Time
-		usable := listed && !e.dir
-		if usable {
-			since, usable = f.staleSince[fileIno(e.obj)]
-		}
-		usable = usable && l.at.Before(since) && !ans.at.Before(since)
+		usable := listed && !e.dir && f.answerForLocked(e.obj, l.at, ans)
 		same := !ans.gone && listed && !e.dir && e.obj.ETag == ans.obj.ETag && e.obj.Size == ans.obj.Size
 		if !usable || same {
 			delete(f.answers, key)

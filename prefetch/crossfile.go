@@ -469,34 +469,15 @@ func (p *planner) dirEvent(sib Siblings, key string) {
 		bytes int64
 		add   []job
 	)
-	next := sib.Next(key, p.l.opts.FileLead)
-	kinds := make([]string, 0, len(next)) // of the files not scheduled yet
-	for _, o := range next {
-		if !o.IsPrefix && o.Key > st.scheduled {
-			kinds = append(kinds, kindOf(o.Key))
-		}
-	}
-	fetched, n := p.l.sweep.fetchesEach(kinds), 0
-	for _, o := range next {
+	for i, o := range p.l.sweep.leaveUnopened(sib.Next(key, p.l.opts.FileLead), st.scheduled) {
 		if o.IsPrefix {
 			continue
 		}
-		fresh := o.Key > st.scheduled
-		if fresh {
-			ok := fetched[0]
-			fetched = fetched[1:]
-			if !ok {
-				// A kind the job has not opened: labels read beside
-				// images leave the images. Not scheduled: a later walk
-				// over them, once one is opened, fetches them ahead.
-				continue
-			}
-		}
 		bytes += p.l.prefetchBytes(o)
-		if n++; n > 1 && bytes > p.l.opts.ByteLead {
+		if i > 0 && bytes > p.l.opts.ByteLead {
 			break
 		}
-		if fresh {
+		if o.Key > st.scheduled {
 			st.queued++
 			add = append(add, job{obj: o, idx: -1, tail: st.queued%dirSentinel == 0})
 			st.scheduled = o.Key

@@ -116,16 +116,35 @@ func kindOf(key string) string {
 // mu.
 func (s *sweeper) fetchesLocked(kind string) bool { return s.anyKind || s.kinds[kind] }
 
-// fetchesEach says, for each of kinds, whether the sweep and directory
-// order fetch files of it: one lock for a batch.
-func (s *sweeper) fetchesEach(kinds []string) []bool {
-	out := make([]bool, len(kinds))
+// leaveUnopened returns objs (files in listing order) less those after
+// key whose kind no file opened has: directory order fetches ahead only
+// the kinds the job reads (labels read beside images leave the images),
+// and a later walk, once one of a kind is opened, fetches those. The files
+// up to key were scheduled already and are not looked at. One lock for
+// the window; objs itself when nothing is left out.
+func (s *sweeper) leaveUnopened(objs []store.Object, key string) []store.Object {
+	kinds := make([]string, len(objs)) // outside mu, which every open takes
+	for i, o := range objs {
+		if o.Key > key && !o.IsPrefix {
+			kinds[i] = kindOf(o.Key)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, k := range kinds {
-		out[i] = s.fetchesLocked(k)
+	var kept []store.Object
+	for i, o := range objs {
+		leave := o.Key > key && !o.IsPrefix && !s.fetchesLocked(kinds[i])
+		switch {
+		case leave && kept == nil:
+			kept = append(make([]store.Object, 0, len(objs)), objs[:i]...)
+		case !leave && kept != nil:
+			kept = append(kept, o)
+		}
 	}
-	return out
+	if kept == nil {
+		return objs
+	}
+	return kept
 }
 
 // kindOpened records the kind of a file opened (with every open, sweep or
