@@ -3,6 +3,7 @@ package prefetch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,32 @@ func TestFill(t *testing.T) {
 	}
 	if h := stats.CacheHits.Load() - hits; h != blocks {
 		t.Fatalf("a second fill counted %d cache hits; want %d", h, blocks)
+	}
+}
+
+// TestFillCancelled: a fill whose context has ended fails for an object
+// the tier lacks, fetching nothing (warm counted such an object as filled
+// and its progress showed an interrupted run as nearly complete), and
+// still succeeds for one the tier holds whole.
+func TestFillCancelled(t *testing.T) {
+	st := newFakeStore()
+	tier := indexedTier{newMapTier()}
+	l := newTestLoader(t, st, tier, Options{BlockSize: 64 << 10})
+	held, lacked := st.add("held", 3*64<<10), st.add("lacked", 3*64<<10)
+	if err := l.Fill(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	gets := st.gets.Load()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Fill(ctx, lacked); !errors.Is(err, context.Canceled) {
+		t.Fatalf("fill with an ended context of an object not cached: %v; want context.Canceled", err)
+	}
+	if err := l.Fill(ctx, held); err != nil {
+		t.Fatalf("fill with an ended context of an object cached whole: %v", err)
+	}
+	if g := st.gets.Load() - gets; g != 0 {
+		t.Fatalf("%d GETs after the context ended", g)
 	}
 }
 

@@ -553,12 +553,19 @@ func (l *Loader) Fill(ctx context.Context, obj store.Object) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fillWindow)
 	for i := range l.numBlocks(obj) {
-		if gctx.Err() != nil {
-			break // a block failed: fetch no more
-		}
 		if l.tierHas(l.key(obj, i)) {
 			l.stats.CacheHits.Add(1)
 			continue
+		}
+		if gctx.Err() != nil {
+			// A block failed, or ctx ended: fetch no more. An ended ctx
+			// is this fill's error too, though no block got it: this
+			// block is not in the tier (warm counted an interrupted
+			// object as filled).
+			if err := g.Wait(); err != nil {
+				return err
+			}
+			return fmt.Errorf("prefetch: fill %q block %d: %w", obj.Key, i, ctx.Err())
 		}
 		g.Go(func() error {
 			h, err := l.startRead(obj, i)

@@ -14,7 +14,9 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -587,8 +589,9 @@ func TestWarmResume(t *testing.T) {
 	t.Cleanup(func() { delay.Close() })
 	warmArgs := []string{"warm", "--endpoint", "http://" + delay.Addr, "--cache-dir", cacheDir, "--concurrency", "4", "-q", "s3://" + st.Bucket() + "/w"}
 
-	// first run: stopped by SIGINT once part of the cache is written
-	cmd := exec.Command(bin, warmArgs...)
+	// first run: stopped by SIGINT once part of the cache is written; with
+	// its progress shown, which must not count the objects it never fetched
+	cmd := exec.Command(bin, slices.DeleteFunc(slices.Clone(warmArgs), func(a string) bool { return a == "-q" })...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+srv.AccessKey, "AWS_SECRET_ACCESS_KEY="+srv.SecretKey)
 	var out testenv.SyncBuffer
 	cmd.Stderr = &out
@@ -603,6 +606,13 @@ func TestWarmResume(t *testing.T) {
 		t.Fatalf("interrupted warm did not say how to resume, or called itself done:\n%s", out.String())
 	}
 	n1, _ := countBlocks(cacheDir)
+	progress := regexp.MustCompile(`(?m)^warm: (\d+)/(\d+) `).FindAllStringSubmatch(out.String(), -1)
+	if len(progress) == 0 {
+		t.Fatalf("interrupted warm showed no progress:\n%s", out.String())
+	}
+	if done, _ := strconv.Atoi(progress[len(progress)-1][1]); done > n1 {
+		t.Fatalf("interrupted warm counted %d objects done, %d are cached:\n%s", done, n1, out.String())
+	}
 
 	// second run: completes, fetching only what is missing
 	again := exec.Command(bin, warmArgs...)

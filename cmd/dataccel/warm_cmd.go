@@ -519,6 +519,9 @@ func warmEach(ctx context.Context, objs []store.Object, concurrency int, bar *be
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(concurrency)
 	for _, o := range objs {
+		if gctx.Err() != nil {
+			break // interrupted: the objects left are neither fetched nor counted
+		}
 		g.Go(func() error {
 			if err := fn(gctx, o); err != nil {
 				if gctx.Err() != nil {
