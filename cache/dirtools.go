@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -21,6 +22,10 @@ type DirStat struct {
 	Compressed int64 // live blocks stored compressed
 	Unreadable int64 // segments that end in bytes that are not a record (or could not be read)
 	TempFiles  int64 // files that are not segments: leftovers (of a format 1 cache, too)
+	// UnknownFormat is what the marker says when it names no format this
+	// version reads (a newer version's cache, or a damaged marker), which
+	// every mount refuses; "" otherwise.
+	UnknownFormat string
 }
 
 // ErrInUse: another process (a mount, warm, purge) holds the cache
@@ -45,6 +50,27 @@ func InUse(dir string) (bool, error) {
 		return false, err
 	}
 	return false, nil
+}
+
+// markerMax is the most of the marker read: every format's fits.
+const markerMax = 256
+
+// readMarker returns the start of dir's marker file.
+func readMarker(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, MarkerName))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, markerMax))
+	return string(b), err
+}
+
+// unknownFormat says whether a marker's content names no format this
+// version reads or converts ("": a crash between creating the marker and
+// writing it, converted as format 1).
+func unknownFormat(content string) bool {
+	return content != markerContent && content != markerFormat1 && content != ""
 }
 
 // CheckDir refuses a directory without the marker file: not a cache, or
@@ -180,6 +206,13 @@ func StatDir(dir string) (DirStat, error) {
 	if err := CheckDir(dir); err != nil {
 		return st, fmt.Errorf("stat cache dir: %w", err)
 	}
+	content, err := readMarker(dir)
+	if err != nil {
+		return st, fmt.Errorf("stat cache dir %s: %w", dir, err)
+	}
+	if unknownFormat(content) {
+		st.UnknownFormat = strings.TrimSpace(content)
+	}
 	segDir := filepath.Join(dir, segDirName)
 	found, err := scanSegments(segDir, false)
 	if err != nil {
@@ -304,12 +337,11 @@ func PurgeDir(dir string, also func() error) error {
 		}
 		return fmt.Errorf("purge cache dir %s: %w", dir, err)
 	}
-	content, err := io.ReadAll(io.LimitReader(f, 256))
+	content, err := io.ReadAll(io.LimitReader(f, markerMax))
 	if err != nil {
 		return fmt.Errorf("purge cache dir %s: read %s: %w", dir, MarkerName, err)
 	}
-	c := string(content)
-	unknown := c != markerContent && c != markerFormat1 && c != ""
+	unknown := unknownFormat(string(content))
 	segs, err := segmentPaths(filepath.Join(dir, segDirName))
 	if err != nil {
 		return fmt.Errorf("purge cache dir %s: %w", dir, err)

@@ -319,15 +319,14 @@ func (d *Disk) open() error {
 		return fmt.Errorf("lock cache dir: %w", err)
 	}
 	d.lock = f
-	buf := make([]byte, 256)
+	buf := make([]byte, markerMax)
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read cache marker: %w", err)
 	}
-	switch content := string(buf[:n]); content {
-	case markerContent:
-	case markerFormat1, "":
-		// "": a crash between creating the marker and writing it.
+	switch content := string(buf[:n]); {
+	case content == markerContent:
+	case !unknownFormat(content):
 		if err := d.convert(content == markerFormat1); err != nil {
 			return err
 		}

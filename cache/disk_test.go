@@ -279,6 +279,9 @@ func TestPurgeUnknownFormat(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if st, err := StatDir(dir); err != nil || st.UnknownFormat != strings.TrimSpace(marker) {
+				t.Errorf("stat of the cache before the purge: format %q, %v; want %q", st.UnknownFormat, err, strings.TrimSpace(marker))
+			}
 			if err := PurgeDir(dir, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +297,7 @@ func TestPurgeUnknownFormat(t *testing.T) {
 				t.Errorf("left after the purge: %v and segments %v, want the marker, notes.txt and an empty segments", left, segs)
 			}
 			openDisk(t, DiskOptions{Dir: dir, MaxBytes: 1 << 20, MinFreeFraction: -1})
-			if st, err := StatDir(dir); err != nil || st.Entries != 0 {
+			if st, err := StatDir(dir); err != nil || st.Entries != 0 || st.UnknownFormat != "" {
 				t.Errorf("the purged cache holds %+v, %v", st, err)
 			}
 		})

@@ -50,6 +50,9 @@ func newCacheCmd() *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintf(w, "cache dir\t%s\n", dir)
+			if s.UnknownFormat != "" {
+				fmt.Fprintf(w, "format\tunknown (%s says %q: a newer version's cache, or a damaged marker): mounts refuse it; `dataccel cache purge` empties it for this version\n", cache.MarkerName, s.UnknownFormat)
+			}
 			fmt.Fprintf(w, "blocks\t%d\n", s.Entries)
 			fmt.Fprintf(w, "bytes on disk\t%s\n", humanBytes(s.DiskBytes))
 			fmt.Fprintf(w, "bytes cached (raw)\t%s\n", humanBytes(s.RawBytes))

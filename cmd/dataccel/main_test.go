@@ -840,6 +840,28 @@ func TestSignalWhileChecking(t *testing.T) {
 	}
 }
 
+// TestCacheStatUnknownFormat: `cache stat` of a cache whose marker names
+// a format this version does not read (a newer version's) says so and how
+// to recover, where it showed an empty cache as if all were well; after
+// `cache purge` it no longer does.
+func TestCacheStatUnknownFormat(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "DATACCEL-CACHE"), []byte("dataccel block cache, format 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "cache", "stat", "--cache-dir", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "unknown") || !strings.Contains(string(out), "format 9") || !strings.Contains(string(out), "cache purge") {
+		t.Fatalf("cache stat of an unknown format: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "cache", "purge", "--cache-dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("cache purge: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "cache", "stat", "--cache-dir", dir).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "unknown") {
+		t.Fatalf("cache stat after the purge: %v\n%s", err, out)
+	}
+}
+
 // TestCacheStatStoppedMount: `cache stat` shows a running mount's counters,
 // and when that mount's process is stopped it says so and exits instead of
 // waiting on the mount for good; a warm of the stopped mount ends at a
