@@ -25,6 +25,20 @@ const sweepAfter = 2
 // over four subjects of one class, and the sweep takes the whole dataset.
 const spreadAfter = 4
 
+// sweepBase is how many files of a directory (in listing order) its sweep
+// takes at once, and sweepLead how many more it may take for each file
+// opened in it: a directory of up to sweepBase files (an ImageNet-sized
+// sample's class) is swept whole at once, while a larger one is swept
+// ahead of its reads. A full epoch opens files of it all along and has it
+// all queued once it has read an eighth of it; a job that reads a few
+// files of each directory (a validation subset, a debugging run) gets
+// sweepBase and sweepLead files a file read fetched, not every directory
+// whole: two files read of a directory of 2,000 fetched all 2,000.
+const (
+	sweepBase = 64
+	sweepLead = 8
+)
+
 // sweeper fetches the rest of each directory whose files are being read,
 // into the cache tier, up to Options.SweepBytes in all. An epoch reads every file of the dataset once; when
 // the order is unknown (a shuffle nobody announced) but the set is known
@@ -53,6 +67,7 @@ type sweeper struct {
 	bytes    int64                // guarded by mu: bytes queued so far, bounded by SweepBytes
 	pushed   int64                // guarded by mu: bytes queued for the page cache, bounded by SweepPushBytes
 	running  int                  // guarded by mu: workers alive
+	logged   bool                 // guarded by mu: the first sweep was logged
 }
 
 // maxWaiting bounds the directories kept for the kinds of file not opened
@@ -229,8 +244,14 @@ func (s *sweeper) drain(sib Siblings) {
 			if s.l.ctx.Err() != nil {
 				break // closing: the loop above ends it
 			}
+			listed := sib.Files(d)
+			s.mu.Lock()
+			if sd := s.dirs[d]; sd != nil {
+				listed = listed[:min(sd.taken, len(listed))] // what its sweep took: the rest comes as its reads do
+			}
+			s.mu.Unlock()
 			var files []store.Object
-			for _, f := range sib.Files(d) {
+			for _, f := range listed {
 				if kindOf(f.Key) == kind {
 					files = append(files, f)
 				}
@@ -241,10 +262,14 @@ func (s *sweeper) drain(sib Siblings) {
 }
 
 type sweepDir struct {
-	opens   int
+	opens   int    // files opened in it (before its sweep began: distinct ones)
 	first   string // the key of the first file opened: opening it again counts no more
-	queued  bool
-	counted bool // in its parent's spread: it holds a swept directory
+	queued  bool   // its sweep began
+	allowed int    // files of its listing the sweep may take: sweepBase, then sweepLead an open
+	taken   int    // files of its listing the sweep took (queued, or left waiting for their kind)
+	listed  int    // files in its listing when the sweep last took some
+	whole   bool   // the sweep took every file of its listing
+	counted bool   // in its parent's spread: it holds a swept directory
 }
 
 // unlisted is what a spread over a parent left for later: its directories
@@ -279,8 +304,19 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	dir := parentOf(obj.Key)
 	s.mu.Lock()
 	d := s.dirLocked(dir)
-	if d == nil || d.queued {
+	if d == nil || d.whole {
 		s.mu.Unlock()
+		return
+	}
+	if d.queued { // a directory larger than sweepBase: its sweep keeps ahead of its reads
+		d.opens++
+		d.allowed = max(d.allowed, sweepLead*d.opens)
+		// In steps of sweepBase/2 files: each step copies the listing.
+		more := d.allowed >= min(d.taken+sweepBase/2, d.listed)
+		s.mu.Unlock()
+		if more {
+			s.sweep(sib, dir)
+		}
 		return
 	}
 	need := sweepAfter
@@ -303,6 +339,14 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	d.queued = true
+	d.allowed = max(sweepBase, sweepLead*d.opens)
+	if !s.logged {
+		s.logged = true
+		// Once: a job that reads a few files of each directory learns
+		// where its extra GETs come from, and how to stop them.
+		s.l.log.Info("prefetch: reads spread over a directory: the rest of it, and of each directory they spread over, is fetched ahead of them as far as the cache keeps it (an epoch reads every file; --sweep=false for a job that reads a few)",
+			"directory", dir)
+	}
 	// Each ancestor counts its children that hold a swept directory (this
 	// one, or one below), and spreads at spreadAfter of them; the bucket's
 	// top level has no parent. Earlier spreads may have left directories
@@ -326,7 +370,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	s.mu.Unlock()
 
-	s.queueFiles(sib.Files(dir)) // from memory, outside the lock
+	s.sweep(sib, dir)
 	for _, a := range spreads {
 		if !s.spreadTo(sib, a, sib.Dirs(a)) {
 			return
@@ -373,9 +417,12 @@ func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) bool {
 		}
 		s.mu.Lock()
 		skip = d.queued
-		d.queued = true
+		if !skip {
+			d.queued = true
+			d.allowed = sweepBase // none of it read yet: its reads take it further
+		}
 		s.mu.Unlock()
-		if !skip && !s.queueFiles(files) {
+		if !skip && !s.takeFiles(d, files) {
 			return false // the sweep is full: no later spread can add any
 		}
 		if below := sib.Dirs(sub); len(below) > 0 && !s.spreadTo(sib, sub, below) {
@@ -388,6 +435,38 @@ func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// sweep queues the files of dir its sweep may take and has not taken
+// (sweepDir.allowed), from its listing, outside mu.
+func (s *sweeper) sweep(sib Siblings, dir string) {
+	files := sib.Files(dir) // from memory, outside the lock
+	s.mu.Lock()
+	d := s.dirs[dir]
+	s.mu.Unlock()
+	if d != nil {
+		s.takeFiles(d, files)
+	}
+}
+
+// takeFiles queues the files of d's listing, files, that d's sweep may
+// take and has not taken yet (those before taken were taken already; a
+// relisting that moved them only costs a file fetched twice, which the
+// tier then holds, or one left to its read). It reports false once the
+// sweep is full (queueFiles).
+func (s *sweeper) takeFiles(d *sweepDir, files []store.Object) bool {
+	s.mu.Lock()
+	from, to := min(d.taken, len(files)), min(d.allowed, len(files))
+	if to > from {
+		d.taken = to
+	}
+	d.listed = len(files)
+	d.whole = d.whole || to == len(files)
+	s.mu.Unlock()
+	if to <= from {
+		return true
+	}
+	return s.queueFiles(files[from:to])
 }
 
 // dirLocked returns the state of dir, new if need be; nil past

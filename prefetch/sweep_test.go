@@ -204,6 +204,50 @@ func TestSweepCountsDistinctFiles(t *testing.T) {
 	waitFor(t, "the sweep after a second file", func() bool { return fetchedFiles(st, a) == len(a) })
 }
 
+// TestSweepLargeDirectoryKeepsPace: a directory larger than sweepBase is
+// swept sweepBase files at once and sweepLead more for each file opened in
+// it, so that a job that reads a few of its files gets a bounded number
+// fetched (two files read of a directory of 2,000 fetched all 2,000), and
+// one that reads on gets all of it once it has read an eighth.
+func TestSweepLargeDirectoryKeepsPace(t *testing.T) {
+	const n = 1000
+	st := newFakeStore()
+	big := addFiles(st, "big", n, 1000)
+	l := newTestLoader(t, st, newMapTier(), Options{CrossFile: true, SweepBytes: 1 << 30, Workers: 8})
+	l.SetSiblings(dirSiblings{objs: big})
+	perm := rand.New(rand.NewPCG(3, 4)).Perm(n)
+	opened := 0
+	readUpTo := func(opens int) {
+		t.Helper()
+		for ; opened < opens; opened++ {
+			if _, err := readAll(context.Background(), l, big[perm[opened]], 4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, opens := range []int{2, 20, 60} {
+		readUpTo(opens)
+		allowed := max(sweepBase, sweepLead*opens)
+		// The sweep took the first allowed files of the listing (those it
+		// had not taken at the last step wait for a step of sweepBase/2);
+		// the reads fetched their own files too.
+		waitFor(t, fmt.Sprintf("the sweep after %d files opened", opens), func() bool {
+			return fetchedFiles(st, big[:allowed-sweepBase/2]) == allowed-sweepBase/2
+		})
+		time.Sleep(30 * time.Millisecond)
+		if got, most := fetchedFiles(st, big), allowed+opens; got > most {
+			t.Fatalf("%d of %d files fetched after %d were opened; want at most %d", got, n, opens, most)
+		}
+	}
+	readUpTo(n / sweepLead)
+	waitFor(t, "the whole directory once an eighth of it was read", func() bool { return fetchedFiles(st, big) == n })
+	for _, o := range big {
+		if g := len(st.getsOf(o.Key)); g != 1 {
+			t.Fatalf("%s: %d GETs, want 1", o.Key, g)
+		}
+	}
+}
+
 // TestSweepSpreads: once reads have spread over spreadAfter directories of
 // one parent (two files opened in each), every other directory of that
 // parent is swept too, and no directory of another parent; reads over one

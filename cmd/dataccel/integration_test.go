@@ -925,6 +925,40 @@ func TestHungMountCleaned(t *testing.T) {
 	}
 }
 
+// TestSweepOffThroughMount: with --sweep=false, two files read far apart
+// in a directory fetch those two files and nothing else (a job that reads
+// a few files of each directory); by default they fetch the rest of it.
+func TestSweepOffThroughMount(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		wantGets func(gets int64) bool
+	}{
+		{"default", nil, func(gets int64) bool { return gets >= 20 }},
+		{"off", []string{"--sweep=false"}, func(gets int64) bool { return gets == 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := srv.NewBucket(t)
+			files := dataset(t, st, "ds/", 140, 4<<10) // 20 files in each of c00..c06
+			args := append([]string{"--endpoint", srv.Endpoint, "--ram-cache-size", "64MiB", "--hedge=false"}, tc.flags...)
+			m := startMount(t, t.TempDir(), append(args, "s3://"+st.Bucket()+"/ds")...)
+			for _, rel := range []string{"c00/img00000.jpg", "c00/img00133.jpg"} { // first and last of c00: no walk
+				b, err := os.ReadFile(filepath.Join(m.dir, rel))
+				if err != nil || !bytes.Equal(b, files[rel]) {
+					t.Fatalf("%s: %v or wrong bytes", rel, err)
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+			var gets int64
+			waitFor(t, 10*time.Second, func() bool { gets = m.stats(t)["store_requests_get_total"]; return tc.wantGets(gets) })
+			time.Sleep(300 * time.Millisecond)
+			if gets = m.stats(t)["store_requests_get_total"]; !tc.wantGets(gets) {
+				t.Fatalf("%d GETs after two files of a directory of 20 were read", gets)
+			}
+		})
+	}
+}
+
 // TestSweepThroughMountDeepTree: against the real server, a job that reads
 // a tree two levels deep (class/subject/file) from a list of paths, never
 // walking it: once its reads have spread over four classes (two files of

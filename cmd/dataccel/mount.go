@@ -58,6 +58,7 @@ type mountFlags struct {
 	blockSize        string
 	hedge            bool
 	push             bool
+	sweep            bool
 	passthroughMin   string
 	localCopies      string
 	manifest         string
@@ -94,6 +95,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchInflight, "prefetch-inflight", "32MiB", "bytes of GETs in flight past which prefetch across files waits, so that the file needed next is not slowed by the many after it; raise it for links with more bandwidth x latency")
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
+	fl.BoolVar(&f.sweep, "sweep", true, "once reads spread over a directory, fetch the rest of it ahead of them (a directory of more than 64 files: 64, then 8 more for each file read in it), and of every directory they spread over, as far as the cache can keep it: an epoch reads every file; false for a job that reads a few files of each directory (a validation subset), which fetches more than it reads")
 	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
 	fl.StringVar(&f.passthroughMin, "passthrough-min-size", "0", "serve files at least this large (e.g. 16MiB) from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): warm epochs of large files as fast as a local disk; each open of such a file waits for its whole copy (every byte fetched), so for jobs that read large files whole; it costs each open a round trip, and turns off for good once small files dominate the opens; 0: off")
 	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
@@ -132,6 +134,7 @@ type mountPlan struct {
 	cacheBytes        int64
 	minFree           float64
 	ramBytes          int64
+	sweepBytes        int64
 	sweepPushBytes    int64
 	handedKeep        int64
 	prefetchMem       int64
@@ -278,6 +281,11 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	}
 	if f.prefetchList != "" && !p.crossFile {
 		p.warnings = append(p.warnings, "--prefetch-list with --prefetch off: the list's directories are listed, its order is not used")
+	}
+	if f.sweep && p.crossFile {
+		// An epoch reads every file once: fetch the rest of the
+		// directories being read, as far as the cache can keep them.
+		p.sweepBytes = max(p.cacheBytes, p.ramBytes) / 10 * 9
 	}
 	if p.passthroughMin > 0 && f.cacheDir == "" {
 		p.warnings = append(p.warnings, "--passthrough-min-size needs --cache-dir for its local copies: every file is read through the mount")
@@ -468,9 +476,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 		OnMemory:      onMemory,
 		PrefetchBytes: p.prefetchInflight,
 		CrossFile:     p.crossFile,
-		// An epoch reads every file once: fetch the rest of the directories
-		// being read, as far as the cache can keep them.
-		SweepBytes: max(p.cacheBytes, p.ramBytes) / 10 * 9,
+		SweepBytes:    p.sweepBytes,
 		// and push as much of it into the page cache as memory allows.
 		SweepPushBytes: p.sweepPushBytes,
 		// and trust the page cache with what the mount handed it lately.

@@ -79,7 +79,7 @@ failed.`,
 	}
 	f.mount.register(cmd)
 	for _, name := range []string{"allow-other", "announce-any-user", "uid", "gid", "metadata-ttl", "outage-grace", "debug-fuse", "prefetch", "prefetch-memory",
-		"prefetch-list", "prefetch-inflight", "prefetch-push", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight",
+		"prefetch-list", "prefetch-inflight", "prefetch-push", "sweep", "manifest", "http", "ready-file", "hedge", "ram-cache-size", "max-inflight",
 		"list-ahead"} {
 		cmd.Flags().MarkHidden(name)
 	}
