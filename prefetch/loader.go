@@ -95,9 +95,9 @@ type Options struct {
 	// that again (30 s); until then only a foreground read evicts it.
 	ReadyTTL time.Duration
 	// SweepBytes: once two files of a directory are opened, the rest of it
-	// is fetched into the cache tier, and once four directories of one
-	// parent are, every directory of that parent, up to this many bytes in
-	// all (0: off).
+	// is fetched into the cache tier (a large directory ahead of its reads:
+	// see sweepBase), and once four directories of one parent are, every
+	// directory of that parent, up to this many bytes in all (0: off).
 	// Set it to what the cache can keep: an epoch reads every file once, so
 	// with a shuffled order nobody announced this is what hides latency.
 	SweepBytes int64

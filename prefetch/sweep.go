@@ -27,16 +27,16 @@ const spreadAfter = 4
 
 // sweepBase is how many files of a directory (in listing order) its sweep
 // takes at once, and sweepLead how many more it may take for each file
-// opened in it: a directory of up to sweepBase files (an ImageNet-sized
+// read in it: a directory of up to sweepBase files (an ImageNet-sized
 // sample's class) is swept whole at once, while a larger one is swept
-// ahead of its reads. A full epoch opens files of it all along and has it
-// all queued once it has read an eighth of it; a job that reads a few
+// ahead of its reads. A full epoch reads files of it all along and has it
+// all queued once it has read a sixteenth of it; a job that reads a few
 // files of each directory (a validation subset, a debugging run) gets
 // sweepBase and sweepLead files a file read fetched, not every directory
 // whole: two files read of a directory of 2,000 fetched all 2,000.
 const (
 	sweepBase = 64
-	sweepLead = 8
+	sweepLead = 16
 )
 
 // sweeper fetches the rest of each directory whose files are being read,
@@ -247,7 +247,11 @@ func (s *sweeper) drain(sib Siblings) {
 			listed := sib.Files(d)
 			s.mu.Lock()
 			if sd := s.dirs[d]; sd != nil {
-				listed = listed[:min(sd.taken, len(listed))] // what its sweep took: the rest comes as its reads do
+				// What its sweep took while the kind waited: what it
+				// took since came as the kind was fetched, and the rest
+				// comes as its reads do.
+				listed = listed[:min(sd.waits[kind], len(listed))]
+				delete(sd.waits, kind)
 			}
 			s.mu.Unlock()
 			var files []store.Object
@@ -256,20 +260,27 @@ func (s *sweeper) drain(sib Siblings) {
 					files = append(files, f)
 				}
 			}
-			s.queueFiles(files) // a smaller directory later may still fit
+			s.queueFiles(nil, files, 0) // a smaller directory later may still fit
 		}
 	}
 }
 
+// sweepDir is the sweep's state of one directory, guarded by sweeper.mu.
 type sweepDir struct {
-	opens   int    // files opened in it (before its sweep began: distinct ones)
-	first   string // the key of the first file opened: opening it again counts no more
-	queued  bool   // its sweep began
-	allowed int    // files of its listing the sweep may take: sweepBase, then sweepLead an open
-	taken   int    // files of its listing the sweep took (queued, or left waiting for their kind)
-	listed  int    // files in its listing when the sweep last took some
-	whole   bool   // the sweep took every file of its listing
-	counted bool   // in its parent's spread: it holds a swept directory
+	opens   int     // distinct files opened in it before its sweep began
+	first   string  // the key of the first file opened: opening it again counts no more
+	queued  bool    // its sweep began
+	reads   float64 // files read in it since, as far as the opens seen tell (see opened)
+	allowed int     // files of its listing the sweep may take: sweepBase, then sweepLead a file read
+	taken   int     // files of its listing the sweep took (queued, or left waiting for their kind)
+	listed  int     // files in its listing when the sweep last took some
+	whole   bool    // the sweep took every file of its listing
+	counted bool    // in its parent's spread: it holds a swept directory
+	// waits: by kind not opened yet, how many files of its listing the
+	// sweep had taken when it last left files of that kind waiting (drain
+	// queues those, no more: files taken later came as their kind was
+	// fetched); the directory is in sweeper.waiting[kind] once.
+	waits map[string]int
 }
 
 // unlisted is what a spread over a parent left for later: its directories
@@ -309,10 +320,14 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	if d.queued { // a directory larger than sweepBase: its sweep keeps ahead of its reads
-		d.opens++
-		d.allowed = max(d.allowed, sweepLead*d.opens)
-		// In steps of sweepBase/2 files: each step copies the listing.
-		more := d.allowed >= min(d.taken+sweepBase/2, d.listed)
+		// Files the sweep took may be read from the page cache it pushed
+		// them into, with no open reaching the mount: an open seen stands
+		// for as many reads as a job reading the directory evenly makes
+		// for each read of a file not taken.
+		d.reads += float64(d.listed) / float64(max(1, d.listed-d.taken))
+		d.allowed = max(d.allowed, int(sweepLead*d.reads))
+		// In steps of half what it took: each step copies the listing.
+		more := d.allowed >= min(d.taken+max(sweepBase/2, d.taken/2), d.listed)
 		s.mu.Unlock()
 		if more {
 			s.sweep(sib, dir)
@@ -339,14 +354,10 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		return
 	}
 	d.queued = true
+	d.reads = float64(d.opens)
 	d.allowed = max(sweepBase, sweepLead*d.opens)
-	if !s.logged {
-		s.logged = true
-		// Once: a job that reads a few files of each directory learns
-		// where its extra GETs come from, and how to stop them.
-		s.l.log.Info("prefetch: reads spread over a directory: the rest of it, and of each directory they spread over, is fetched ahead of them as far as the cache keeps it (an epoch reads every file; --sweep=false for a job that reads a few)",
-			"directory", dir)
-	}
+	first := !s.logged
+	s.logged = true
 	// Each ancestor counts its children that hold a swept directory (this
 	// one, or one below), and spreads at spreadAfter of them; the bucket's
 	// top level has no parent. Earlier spreads may have left directories
@@ -370,6 +381,12 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	}
 	s.mu.Unlock()
 
+	if first {
+		// Once: a job that reads a few files of each directory learns
+		// where its extra GETs come from, and how to stop them.
+		s.l.log.Info("prefetch: reads spread over a directory: files of it, and of each directory they spread over, are fetched ahead of them as far as the cache keeps them (an epoch reads every file; --sweep=false for a job that reads a few)",
+			"directory", dir)
+	}
 	s.sweep(sib, dir)
 	for _, a := range spreads {
 		if !s.spreadTo(sib, a, sib.Dirs(a)) {
@@ -455,6 +472,9 @@ func (s *sweeper) sweep(sib Siblings, dir string) {
 // tier then holds, or one left to its read). It reports false once the
 // sweep is full (queueFiles).
 func (s *sweeper) takeFiles(d *sweepDir, files []store.Object) bool {
+	if files == nil {
+		return true // no listing (dropped while idle): a later open tries again
+	}
 	s.mu.Lock()
 	from, to := min(d.taken, len(files)), min(d.allowed, len(files))
 	if to > from {
@@ -466,7 +486,9 @@ func (s *sweeper) takeFiles(d *sweepDir, files []store.Object) bool {
 	if to <= from {
 		return true
 	}
-	return s.queueFiles(files[from:to])
+	// A chunk that would take the sweep past SweepBytes stays untaken for
+	// good, as a whole directory did: a smaller one later may still fit.
+	return s.queueFiles(d, files[from:to], to)
 }
 
 // dirLocked returns the state of dir, new if need be; nil past
@@ -480,11 +502,12 @@ func (s *sweeper) dirLocked(dir string) *sweepDir {
 	return d
 }
 
-// queueFiles queues the files of one directory of a kind opened (the
-// directory waits for a file of each other kind to be opened) and starts
-// workers for them; it reports false, queueing none, when they would take
-// the sweep past SweepBytes.
-func (s *sweeper) queueFiles(files []store.Object) bool {
+// queueFiles queues files, those of d's listing up to taken that its sweep
+// takes now, of the kinds opened (d waits for a file of each other kind to
+// be opened; nil d: drain's, of a kind now fetched), and starts workers for
+// them; it reports false, queueing none, when they would take the sweep
+// past SweepBytes.
+func (s *sweeper) queueFiles(d *sweepDir, files []store.Object, taken int) bool {
 	kinds := make([]string, len(files)) // outside mu, which every open takes
 	for i, f := range files {
 		kinds[i] = kindOf(f.Key)
@@ -506,21 +529,26 @@ func (s *sweeper) queueFiles(files []store.Object) bool {
 	if n == len(files) {
 		s.queue = append(s.queue, files...)
 	} else {
-		var left map[string]bool // the kinds not opened yet, once each
 		for i, f := range files {
 			kind := kinds[i]
 			if s.fetchesLocked(kind) {
 				s.queue = append(s.queue, f)
 				continue
 			}
-			if !left[kind] && s.nWaiting < maxWaiting {
-				if left == nil {
-					left = map[string]bool{}
+			if d == nil {
+				continue // drain queues one kind, which is fetched
+			}
+			if _, waits := d.waits[kind]; !waits {
+				if s.nWaiting >= maxWaiting {
+					continue
 				}
-				left[kind] = true
+				if d.waits == nil {
+					d.waits = map[string]int{}
+				}
 				s.waiting[kind] = append(s.waiting[kind], parentOf(f.Key))
 				s.nWaiting++
 			}
+			d.waits[kind] = taken
 		}
 	}
 	start := s.workers() - s.running
