@@ -384,7 +384,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 	if first {
 		// Once: a job that reads a few files of each directory learns
 		// where its extra GETs come from, and how to stop them.
-		s.l.log.Info("prefetch: reads spread over a directory: files of it, and of each directory they spread over, are fetched ahead of them as far as the cache keeps them (an epoch reads every file; --sweep=false for a job that reads a few)",
+		s.l.log.Info("prefetch: reads spread over a directory: files of it, and of each directory they spread over, are fetched ahead of them as far as the cache keeps them (an epoch reads every file; --sweep=false for a job that reads only a few files of each directory)",
 			"directory", dir)
 	}
 	s.sweep(sib, dir)

@@ -95,7 +95,7 @@ func (f *mountFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefetchInflight, "prefetch-inflight", "32MiB", "bytes of GETs in flight past which prefetch across files waits, so that the file needed next is not slowed by the many after it; raise it for links with more bandwidth x latency")
 	fl.StringVar(&f.prefetchList, "prefetch-list", "", "file with the read order, one path per line relative to the mount (same as writing MOUNT/.dataccel/prefetch)")
 	fl.StringVar(&f.blockSize, "block-size", "8MiB", "fetch and cache unit for large objects; smaller objects are fetched whole")
-	fl.BoolVar(&f.sweep, "sweep", true, "once reads spread over a directory, fetch the rest of it ahead of them (a directory of more than 64 files: 64, then 16 more for each file read in it), and of every directory they spread over, as far as the cache can keep it: an epoch reads every file; false for a job that reads a few files of each directory (a validation subset), which fetches more than it reads")
+	fl.BoolVar(&f.sweep, "sweep", true, "once reads spread over a directory, fetch the rest of it ahead of them (a directory of more than 64 files: 64, then 16 more for each file read in it), and of every directory they spread over, as far as the cache can keep it: an epoch reads every file; false for a job that reads a few files of each directory (a validation subset), which fetches more than it reads, though a cold epoch over every file takes longer without it")
 	fl.BoolVar(&f.push, "prefetch-push", true, "put the files prefetch fetches ahead of the reader straight into the kernel's page cache, so that reading them costs no request to this process")
 	fl.StringVar(&f.passthroughMin, "passthrough-min-size", "0", "serve files at least this large (e.g. 16MiB) from whole local copies in --cache-dir, which the kernel reads without asking the mount (FUSE passthrough, Linux 6.9+, root): warm epochs of large files as fast as a local disk; each open of such a file waits for its whole copy (every byte fetched), so for jobs that read large files whole; it costs each open a round trip, and turns off for good once small files dominate the opens; 0: off")
 	fl.StringVar(&f.localCopies, "local-copies", "10%", "disk space for the local copies of --passthrough-min-size: a size or a share of the cache filesystem")
@@ -599,7 +599,7 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	}
 	mounted.Store(true)
 	logger.Info("mounted", "source", source, "mountpoint", m.Dir,
-		"ram_cache", sizeOrOff(p.ramBytes), "disk_cache", sizeOrOff(p.cacheBytes), "prefetch", f.prefetch)
+		"ram_cache", sizeOrOff(p.ramBytes), "disk_cache", sizeOrOff(p.cacheBytes), "prefetch", f.prefetch, "sweep", sizeOrOff(p.sweepBytes))
 
 	// Background work owned by this mount: cancelled before unmounting.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
