@@ -244,6 +244,27 @@ func TestSweepLargeDirectoryKeepsPace(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d files read before the sweep took them", misses, n)
+
+	// A subset that reads 16 files of a directory gets a bounded part of
+	// it, not all of it.
+	val := addFiles(st, "val", n, 1000)
+	l.SetSiblings(dirSiblings{objs: slices.Concat(big, val)})
+	read := 0
+	for _, k := range rand.New(rand.NewPCG(5, 6)).Perm(n) {
+		if read == 16 {
+			break
+		}
+		if o := val[k]; len(st.getsOf(o.Key)) == 0 && k >= l.sweep.takenIn("val/") {
+			read++
+			if _, err := readAll(context.Background(), l, o, 4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := fetchedFiles(st, val); got > n/3 {
+		t.Fatalf("%d of %d files fetched after %d were read; want at most %d", got, n, read, n/3)
+	}
 	// Counted by reads, not by the opens that reach the loader, the sweep
 	// leaves 76 files to their reads here; counted by opens, sweepLead
 	// files an open, it left 125 at 16 and 250 at 8.
