@@ -70,6 +70,10 @@ const (
 	// AnnotationHTTPPort overrides the sidecar's /metrics, /healthz and
 	// /readyz port; required on hostNetwork pods (see checkHTTPPort).
 	AnnotationHTTPPort = "dataccel.io/http-port"
+	// AnnotationSweep: "false" turns off the sidecar's sweep (--sweep), for
+	// a job that reads only a few files of each directory; "true" (the
+	// default) leaves it on.
+	AnnotationSweep = "dataccel.io/sweep"
 	// AnnotationStatus is set to "injected" on pods the webhook changed.
 	AnnotationStatus = "dataccel.io/status"
 )
@@ -210,6 +214,7 @@ type settings struct {
 	httpPort                  int32
 	httpPortSet               bool // the pod chose the port (AnnotationHTTPPort)
 	hostNetwork               bool // the pod's ports are the node's
+	noSweep                   bool // AnnotationSweep "false"
 }
 
 // AnnotationError is a bad annotation; its message names the annotation,
@@ -304,6 +309,13 @@ func (c Config) settings(ann map[string]string) (settings, error) {
 	}
 	if errs := validation.IsDNS1123Subdomain(s.secret); !s.podIdentity && len(errs) > 0 {
 		return s, &AnnotationError{AnnotationSecret, s.secret, "want a Secret name: " + strings.Join(errs, "; ")}
+	}
+	switch v := valueOr(ann, AnnotationSweep, "true"); v {
+	case "true":
+	case "false":
+		s.noSweep = true
+	default:
+		return s, &AnnotationError{AnnotationSweep, v, `want "false" (a job that reads only a few files of each directory) or "true" (the default: an epoch reads every file)`}
 	}
 	if v, ok := ann[AnnotationHTTPPort]; ok {
 		// Digits only: ParseUint takes no sign or space.
@@ -428,6 +440,9 @@ func (c Config) sidecarArgs(s settings) []string {
 		// trainer runs as may announce its order.
 		"--announce-any-user",
 	)
+	if s.noSweep {
+		args = append(args, "--sweep=false")
+	}
 	// The kubelet expands $(VAR) in args, and turns $$ into $: a prefix or
 	// a path from an annotation must reach the sidecar as written (else
 	// "a$$b" mounts "a$b", and "$(AWS_SECRET_ACCESS_KEY)" puts the secret

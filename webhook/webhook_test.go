@@ -503,6 +503,7 @@ func TestRejected(t *testing.T) {
 		{"a mount inside the mount path", mountInside, `mounts volume "ckpt" at /data/checkpoints, inside the dataset's mount path /data`},
 		{"secret name", podWith(t, webhook.AnnotationSecret, "Not_A_Name"), "dataccel.io/secret"},
 		{"credentials source", podWith(t, webhook.AnnotationCredentials, "irsa"), `dataccel.io/credentials="irsa": want "secret"`},
+		{"sweep", podWith(t, webhook.AnnotationSweep, "off"), `dataccel.io/sweep="off": want "false"`},
 		{"region with a space", podWith(t, webhook.AnnotationRegion, "eu central-1"), `dataccel.io/region="eu central-1"`},
 		{"region with a slash", podWith(t, webhook.AnnotationRegion, "eu-central-1/x"), "dataccel.io/region"},
 		{"region that is a flag", podWith(t, webhook.AnnotationRegion, "--endpoint=http://evil:9000"), "dataccel.io/region"},
@@ -817,6 +818,27 @@ func TestPodIdentity(t *testing.T) {
 
 // TestRegion: the region a pod annotates, else the webhook's, reaches the
 // sidecar as --region.
+// TestSweepAnnotation: "false" passes --sweep=false to the sidecar; "true"
+// or no annotation leaves the sidecar's default.
+func TestSweepAnnotation(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pod  string
+		want []string
+	}{
+		{"none", annotatedPod, nil},
+		{"true", podWith(t, webhook.AnnotationSweep, "true"), nil},
+		{"false", podWith(t, webhook.AnnotationSweep, "false"), []string{"false"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, s := injected(t, testConfig, tt.pod)
+			if got := flagValues(s.Args, "sweep"); !slices.Equal(got, tt.want) {
+				t.Fatalf("--sweep %v, want %v (args %v)", got, tt.want, s.Args)
+			}
+		})
+	}
+}
+
 func TestRegion(t *testing.T) {
 	tests := []struct {
 		name, cfgRegion, pod string
