@@ -39,8 +39,49 @@ import (
 var srv *testenv.Server
 
 func TestMain(m *testing.M) {
+	if p := os.Getenv(mappingWriterEnv); p != "" {
+		os.Exit(writeThroughMapping(p, os.Getenv(mappingSyncEnv) != ""))
+	}
 	inProcessMounts()
 	os.Exit(testenv.Run(m, &srv))
+}
+
+// mappingWriterEnv names a file that this test binary, started again as a
+// child, writes through a shared mapping (writeThroughMapping), and
+// mappingSyncEnv, when set, has it fsync the file too. Not in the mount's
+// own process: a thread of it waiting in munmap for the write back of its
+// own mount held a stop-the-world, and with it the WRITE's answer, for good
+// (a CI run of TestSharedMappingWrite hung until the test timeout).
+const (
+	mappingWriterEnv = "DATACCEL_TEST_MAPPING_WRITE"
+	mappingSyncEnv   = "DATACCEL_TEST_MAPPING_SYNC"
+)
+
+// writeThroughMapping opens p for writing, writes into a shared mapping of
+// it, unmaps it, fsyncs it if asked, and prints what each step said, for
+// TestSharedMappingWrite; its exit status is 0 unless a step before the
+// write failed.
+func writeThroughMapping(p string, sync bool) int {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("open:", err)
+		if errors.Is(err, syscall.EROFS) {
+			return 0
+		}
+		return 1
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, len(mappedFile), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Println("mmap:", err)
+		return 1
+	}
+	copy(m, "CORRUPTED")
+	fmt.Println("munmap:", syscall.Munmap(m))
+	if sync {
+		fmt.Println("fsync:", f.Sync())
+	}
+	return 0
 }
 
 // inProcessMounts leaves the runtime threads to serve a FUSE mount that
@@ -447,9 +488,13 @@ func TestErrnos(t *testing.T) {
 // (at msync or fsync, at close, or within about 30 s). Refused then, the
 // pages must be dropped, so that readers get the object's bytes again and
 // not, for the mount's life, bytes nobody stored.
+// mappedFile is the object TestSharedMappingWrite writes into through a
+// mapping.
+var mappedFile = bytes.Repeat([]byte("0123456789abcdef"), 1024)
+
 func TestSharedMappingWrite(t *testing.T) {
 	st := srv.NewBucket(t)
-	orig := bytes.Repeat([]byte("0123456789abcdef"), 1024)
+	orig := mappedFile
 	for _, name := range []string{"fsync", "close"} {
 		testenv.Put(t, st, "d/"+name, orig)
 	}
@@ -463,28 +508,23 @@ func TestSharedMappingWrite(t *testing.T) {
 			if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, orig) {
 				t.Fatalf("first read: %d bytes, %v", len(b), err)
 			}
-			f, err := os.OpenFile(p, os.O_RDWR, 0)
-			if err != nil {
-				if errors.Is(err, syscall.EROFS) {
-					return // refused at open: nothing reaches the page cache
-				}
-				t.Fatal(err)
-			}
-			m, err := syscall.Mmap(int(f.Fd()), 0, len(orig), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-			if err != nil {
-				f.Close()
-				t.Fatalf("mmap: %v", err)
-			}
-			copy(m, "CORRUPTED")
-			if err := syscall.Munmap(m); err != nil {
-				t.Fatal(err)
-			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			writer := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			writer.Env = append(os.Environ(), mappingWriterEnv+"="+p)
 			if tc.sync {
-				if err := f.Sync(); err == nil {
-					t.Errorf("fsync of a write to a read-only file succeeded")
-				}
+				writer.Env = append(writer.Env, mappingSyncEnv+"=1")
 			}
-			f.Close()
+			out, err := writer.CombinedOutput()
+			t.Logf("the writer said: %s", out)
+			switch {
+			case err != nil:
+				t.Fatalf("the writer: %v\n%s", err, out)
+			case strings.Contains(string(out), "open: "):
+				return // refused at open: nothing reaches the page cache
+			case tc.sync && !strings.Contains(string(out), "fsync: ") || strings.Contains(string(out), "fsync: <nil>"):
+				t.Errorf("fsync of a write to a read-only file did not fail:\n%s", out)
+			}
 			// The pages are dropped after the refusal's answer, not in it
 			// (the kernel waits for that answer to end the writeback).
 			var got []byte
