@@ -330,7 +330,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		more := d.allowed >= min(d.taken+max(sweepBase/2, d.taken/2), d.listed)
 		s.mu.Unlock()
 		if more {
-			s.sweep(sib, dir)
+			s.takeFiles(d, sib.Files(dir)) // from memory, outside the lock
 		}
 		return
 	}
@@ -387,7 +387,7 @@ func (s *sweeper) opened(sib Siblings, obj store.Object) {
 		s.l.log.Info("prefetch: reads spread over a directory: files of it, and of each directory they spread over, are fetched ahead of them as far as the cache keeps them (an epoch reads every file; --sweep=false for a job that reads only a few files of each directory)",
 			"directory", dir)
 	}
-	s.sweep(sib, dir)
+	s.takeFiles(d, sib.Files(dir)) // from memory, outside the lock
 	for _, a := range spreads {
 		if !s.spreadTo(sib, a, sib.Dirs(a)) {
 			return
@@ -454,20 +454,8 @@ func (s *sweeper) spreadTo(sib Siblings, parent string, dirs []string) bool {
 	return true
 }
 
-// sweep queues the files of dir its sweep may take and has not taken
-// (sweepDir.allowed), from its listing, outside mu.
-func (s *sweeper) sweep(sib Siblings, dir string) {
-	files := sib.Files(dir) // from memory, outside the lock
-	s.mu.Lock()
-	d := s.dirs[dir]
-	s.mu.Unlock()
-	if d != nil {
-		s.takeFiles(d, files)
-	}
-}
-
 // takeFiles queues the files of d's listing, files, that d's sweep may
-// take and has not taken yet (those before taken were taken already; a
+// take (sweepDir.allowed) and has not taken yet (those before taken were taken already; a
 // relisting that moved them only costs a file fetched twice, which the
 // tier then holds, or one left to its read). It reports false once the
 // sweep is full (queueFiles).
@@ -491,8 +479,8 @@ func (s *sweeper) takeFiles(d *sweepDir, files []store.Object) bool {
 	return s.queueFiles(d, files[from:to], to)
 }
 
-// dirLocked returns the state of dir, new if need be; nil past
-// maxSweepDirs.
+// dirLocked returns the state of dir, new if need be (kept for the
+// loader's life: callers hold on to it outside mu); nil past maxSweepDirs.
 func (s *sweeper) dirLocked(dir string) *sweepDir {
 	d := s.dirs[dir]
 	if d == nil && len(s.dirs) < maxSweepDirs {

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dataccel/dataccel/cache"
 	"github.com/dataccel/dataccel/fuse"
 	"github.com/dataccel/dataccel/internal/testenv"
 )
@@ -846,7 +847,7 @@ func TestSignalWhileChecking(t *testing.T) {
 // `cache purge` it no longer does.
 func TestCacheStatUnknownFormat(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "DATACCEL-CACHE"), []byte("dataccel block cache, format 9\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cache.MarkerName), []byte("dataccel block cache, format 9\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "cache", "stat", "--cache-dir", dir).CombinedOutput()
