@@ -30,6 +30,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -155,17 +156,22 @@ type FS struct {
 }
 
 // ErrNoInode: the kernel holds no inode for the file (never looked up, or
-// forgotten since), so it has no page cache to fill.
+// forgotten since) and none could be looked up, so it has no page cache to
+// fill.
 var ErrNoInode = errors.New("fuse: the kernel holds no inode for the file")
 
 // Store puts data at offset off into the kernel's page cache of obj's file
 // (FUSE_NOTIFY_STORE), for prefetch: a reader then reads it with no request
-// to this process. It fills only a file the kernel has looked up, and only
-// the version obj names, so a reader never sees another version's bytes.
+// to this process. It fills only a file the kernel has looked up (it looks
+// one up where it can: lookUpThroughMount), and only the version obj
+// names, so a reader never sees another version's bytes.
 // It may wait while a READ in progress holds the pages; it never waits for
 // this process.
 func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 	n := f.lookedUp(obj.Key)
+	if n == nil && f.lookUpThroughMount(obj.Key) {
+		n = f.lookedUp(obj.Key)
+	}
 	if n == nil {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, ErrNoInode)
 	}
@@ -179,6 +185,33 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, errno)
 	}
 	return nil
+}
+
+// lookUpThroughMount has the kernel look up key's file, by a stat of its
+// path through the mount: a job that opens files from a list of paths
+// (no walk, no readdir) has the kernel know a file only at its open, too
+// late for a push. Only where every directory on the way is listed and
+// serving, so that the LOOKUPs are answered from memory, never wait on the
+// store, and cost what the job's own open would have (which they save). A
+// syscall, not a page fault: the runtime can stop this goroutine while it
+// waits for the mount's own answer. Reports whether the stat found it.
+func (f *FS) lookUpThroughMount(key string) bool {
+	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
+	if !ok || rel == "" || strings.HasSuffix(rel, "/") || f.mountpoint == nil {
+		return false
+	}
+	for i := 0; ; {
+		if f.ns.serving(f.cfg.Prefix+rel[:i]) == nil {
+			return false
+		}
+		j := strings.IndexByte(rel[i:], '/')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(unix.AT_FDCWD, string(f.mountpoint)+rel, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 }
 
 // ErrPassthrough: the kernel reads the file from its local copy, not from

@@ -72,3 +72,63 @@ func TestStore(t *testing.T) {
 		t.Fatalf("%d readers opened, want 1 (for d/b.bin)", n)
 	}
 }
+
+// TestStoreLooksUpListedFiles: a job that opens files from a list of paths
+// has the kernel look a file up only at its open, too late for a push. So
+// FS.Store looks the file up through the mount itself where its
+// directories are listed (here, "d/e/" listed as an announcement lists it,
+// the kernel knowing neither "e" nor the file), and the job's read then
+// gets the pushed bytes with no READ reaching the mount. Where a directory
+// on the way is not listed, it refuses as before and lists nothing: a push
+// never waits on the store.
+func TestStoreLooksUpListedFiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	objs := map[string][]byte{
+		"d/a.bin":   randBytes(r, 4000),
+		"d/e/b.bin": randBytes(r, 200<<10+17),
+		"u/c.bin":   randBytes(r, 3000),
+	}
+	st := memStore{objs: objs}
+	var opens atomic.Int64
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: OpenerFunc(func(o store.Object) Reader {
+		opens.Add(1)
+		return DirectOpener{Store: st}.Open(o)
+	})})
+	obj := func(key string) store.Object {
+		return store.Object{Key: key, Size: int64(len(objs[key])), ETag: "e"}
+	}
+
+	if _, err := os.Stat(filepath.Join(m.Dir, "d", "a.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.FS.ns.list(t.Context(), "d/e/"); err != nil {
+		t.Fatal(err)
+	}
+	if m.FS.lookedUp("d/e/b.bin") != nil {
+		t.Fatal("the kernel looked d/e/b.bin up before the push: the test proves nothing")
+	}
+	pushed := randBytes(r, len(objs["d/e/b.bin"]))
+	if err := m.FS.Store(obj("d/e/b.bin"), 0, pushed); err != nil {
+		t.Fatalf("store into a listed file the kernel had not looked up: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(m.Dir, "d", "e", "b.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, pushed) {
+		t.Fatalf("read %d bytes that are not the pushed ones: the read reached the mount", len(got))
+	}
+	if n := opens.Load(); n != 0 {
+		t.Fatalf("%d reads reached the mount, want none", n)
+	}
+
+	if err := m.FS.Store(obj("u/c.bin"), 0, objs["u/c.bin"]); !errors.Is(err, ErrNoInode) {
+		t.Fatalf("store into a file of a directory never listed: %v, want ErrNoInode", err)
+	}
+	if m.FS.ns.held("u/") != nil {
+		t.Fatal("a push listed u/: it waited on the store")
+	}
+	if err := m.FS.Store(obj("d/nope.bin"), 0, pushed); !errors.Is(err, ErrNoInode) {
+		t.Fatalf("store into a name the listing lacks: %v, want ErrNoInode", err)
+	}
+}
