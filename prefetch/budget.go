@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,8 +22,8 @@ type budget struct {
 	mu      sync.Mutex
 	limit   int64         // fixed at creation
 	used    int64         // guarded by mu
-	fgWait  int           // guarded by mu: foreground takers waiting
-	changed chan struct{} // guarded by mu: closed (and replaced) on every release
+	fgWait  []*turn       // guarded by mu: foreground takers waiting, in turn (see acquire)
+	changed chan struct{} // guarded by mu: closed (and replaced) on every release, and when a turn ends
 }
 
 func newBudget(limit int64, stats *Stats, onChange func(int64)) *budget {
@@ -51,7 +52,7 @@ func (b *budget) room(n int64) bool {
 
 // fitsLocked: n bytes are free and no foreground read waits. Called with
 // b.mu held.
-func (b *budget) fitsLocked(n int64) bool { return b.fgWait == 0 && b.used+n <= b.limit }
+func (b *budget) fitsLocked(n int64) bool { return len(b.fgWait) == 0 && b.used+n <= b.limit }
 
 // tryAcquire takes n bytes if they are free and no foreground read waits.
 func (b *budget) tryAcquire(n int64) bool {
@@ -71,42 +72,58 @@ func (b *budget) take(n int64) {
 	storeMax(&b.stats.MemPeak, b.used)
 }
 
-// acquire takes n bytes for a foreground read, waiting if needed. Between
-// tries it calls evict, which frees one evictable holder and reports whether
-// it found one; when it finds none, acquire waits for a release, or for poll
-// when poll > 0 (an evict that spares busy holders for a while finds one
-// once they idle), and tries again. Everything else that holds budget is a
-// fetch or a copy in progress, which ends, so the wait ends too.
+// acquire takes n bytes for a foreground read, waiting if needed. Waiting
+// takers are served in turn: only the first in line takes, and frees room
+// between tries by calling evict, which frees one evictable holder and
+// reports whether it found one; when it finds none, acquire waits for a
+// release, or for poll when poll > 0 (an evict that spares busy holders
+// for a while finds one once they idle), and tries again. Everything else
+// that holds budget is a fetch or a copy in progress, which ends, so the
+// wait ends too. In turn, a reader cannot lose the room it made to every
+// later one, for good, with hundreds waiting; and the others do not evict
+// meanwhile, which would give up far more than the first one needs.
 func (b *budget) acquire(ctx context.Context, n int64, evict func() bool, poll time.Duration) error {
 	n = b.clamp(n)
 	b.mu.Lock()
-	if b.fgWait == 0 && b.used+n <= b.limit {
+	if len(b.fgWait) == 0 && b.used+n <= b.limit {
 		b.take(n)
 		b.mu.Unlock()
 		return nil
 	}
-	b.fgWait++
+	me := &turn{n: n}
+	b.fgWait = append(b.fgWait, me)
 	defer func() {
 		b.mu.Lock()
-		b.fgWait--
+		if b.fgWait[0] == me {
+			b.wakeLocked() // the next in line is first now
+		}
+		b.fgWait = slices.DeleteFunc(b.fgWait, func(w *turn) bool { return w == me })
 		b.mu.Unlock()
 	}()
 	for {
-		if b.used+n <= b.limit {
+		first := b.fgWait[0] == me
+		if first && b.used+n <= b.limit {
 			b.take(n)
 			b.mu.Unlock()
 			return nil
 		}
 		ch := b.changed
 		b.mu.Unlock()
-		if !evict() {
-			if err := waitRelease(ctx, ch, poll); err != nil {
+		if !first || !evict() {
+			wait := poll
+			if !first {
+				wait = 0 // until a release, or this taker's turn
+			}
+			if err := waitRelease(ctx, ch, wait); err != nil {
 				return err
 			}
 		}
 		b.mu.Lock()
 	}
 }
+
+// turn is a foreground taker's place in line (by its address).
+type turn struct{ n int64 }
 
 // waitRelease waits for ch (a release), for poll when poll > 0, or for ctx.
 func waitRelease(ctx context.Context, ch <-chan struct{}, poll time.Duration) error {
@@ -130,9 +147,14 @@ func (b *budget) release(n int64) {
 	n = b.clamp(n)
 	b.mu.Lock()
 	b.set(b.used - n)
+	b.wakeLocked()
+	b.mu.Unlock()
+}
+
+// wakeLocked wakes every waiter; called with mu held.
+func (b *budget) wakeLocked() {
 	close(b.changed)
 	b.changed = make(chan struct{})
-	b.mu.Unlock()
 }
 
 // pressured says whether a foreground read waits for room: new evictable
@@ -140,7 +162,7 @@ func (b *budget) release(n int64) {
 func (b *budget) pressured() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.fgWait > 0
+	return len(b.fgWait) > 0
 }
 
 // released returns a channel closed at the next release, for background

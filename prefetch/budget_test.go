@@ -159,3 +159,79 @@ func TestStreamingReadersTightBudget(t *testing.T) {
 	}
 	t.Logf("fetched %.2fx the data", float64(fetched)/float64(total))
 }
+
+// TestSlowStreamsTightBudget: as above, but each reader takes longer than
+// readIdle between its reads (hundreds of readers on two cores do), so the
+// blocks they are in the middle of are given up for other readers'. A
+// reader that lost its block reads the rest of it by parts instead of
+// fetching it whole again, each time, and readers waiting for room are
+// served in turn: the store sends about the bytes read, and no reader
+// waits much longer than the others.
+func TestSlowStreamsTightBudget(t *testing.T) {
+	const bs, blocks, readers, pieces = 256 << 10, 3, 16, 4
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return time.Millisecond }
+	budget := int64(4 * (bs + blockOverhead))
+	l := newTestLoader(t, st, nil, Options{BlockSize: bs, MemoryBudget: budget, ReadAhead: 2, StreamAt: -1})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var slowest atomic.Int64
+	var wg sync.WaitGroup
+	for i := range readers {
+		obj := st.add(fmt.Sprintf("s/%d", i), blocks*bs)
+		wg.Go(func() {
+			r := l.Open(obj)
+			defer r.Close()
+			want := st.data(obj.Key)
+			buf := make([]byte, bs/pieces)
+			for off := int64(0); off < obj.Size; off += int64(len(buf)) {
+				start := time.Now()
+				n, err := r.ReadAt(ctx, buf, off)
+				storeMax(&slowest, int64(time.Since(start)))
+				if err != nil || !bytes.Equal(buf[:n], want[off:off+int64(n)]) {
+					t.Errorf("%s at %d: %d bytes, err %v", obj.Key, off, n, err)
+					return
+				}
+				time.Sleep(readIdle + 10*time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	var fetched int64
+	st.mu.Lock()
+	for _, e := range st.log {
+		fetched += e.n
+	}
+	st.mu.Unlock()
+	total := int64(readers * blocks * bs)
+	t.Logf("fetched %.2fx the data in %d GETs; slowest read %v", float64(fetched)/float64(total), len(st.log), time.Duration(slowest.Load()))
+	if fetched > total*8/5 {
+		t.Errorf("fetched %d bytes for %d (%.2fx): blocks given up were fetched whole again", fetched, total, float64(fetched)/float64(total))
+	}
+}
+
+// TestBudgetServesInTurn: foreground takers waiting for room take it in the
+// order they came. Woken all at once, whichever ran first took it, and
+// with hundreds waiting some waited for minutes.
+func TestBudgetServesInTurn(t *testing.T) {
+	const takers = 6
+	b := newBudget(10, new(Stats), nil)
+	if !b.tryAcquire(10) {
+		t.Fatal("10 of 10 refused")
+	}
+	got := make(chan int, takers)
+	for i := range takers {
+		go func() {
+			if b.acquire(t.Context(), 10, func() bool { return false }, 0) == nil {
+				got <- i
+			} // else the test ended (its context)
+		}()
+		time.Sleep(5 * time.Millisecond) // in line before the next
+	}
+	for want := range takers {
+		b.release(10)
+		if g := <-got; g != want {
+			t.Fatalf("taker %d took the room before taker %d", g, want)
+		}
+	}
+}

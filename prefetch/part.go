@@ -24,7 +24,9 @@ import (
 //     a reader at random offsets of a dataset larger than the cache would
 //     fetch each block again and again, a whole block for each read. Each
 //     block gets one chance to stay: fetched whole, it may be a hit for the
-//     next reads, and while the cache has room, whole blocks fill it.
+//     next reads, and while the cache has room, whole blocks fill it. No
+//     chance while the memory for blocks has no room for one (more
+//     readers than it holds blocks): the read would wait for a whole block.
 
 // partReader is a cache tier that can read part of a block without reading
 // the whole of it (cache.Tiered, cache.Disk).
@@ -46,14 +48,29 @@ type toucher interface {
 	Touch(cache.Key)
 }
 
+// partFetch says when readPart may fetch part of a block from the store.
+type partFetch uint8
+
+const (
+	partNever partFetch = iota // from the disk tier only
+	// partMissed: a reader at random offsets, once the cache is full and
+	// the block had its chance (see above).
+	partMissed
+	// partLost: a stream in the middle of a block it read whole and lost
+	// (given up for other readers' blocks while it read elsewhere or
+	// slowly): fetched whole again, the block would most likely be given
+	// up again before the reader finishes it, and with more streams than
+	// the memory holds blocks each of their reads would fetch a block.
+	partLost
+)
+
 // readPart reads p at off within block i of obj without the rest of the
-// block, for a read outside a stream (see above): from the disk tier when
-// only it holds the block (RAM does not: the tier checks), or, when fetch
-// is set, from the store when no tier holds it, the cache is full and the
-// block had its chance. It reports false when the block must be read whole
+// block (see above): from the disk tier when only it holds the block (RAM
+// does not: the tier checks), or from the store when no tier holds it and
+// fetch allows. It reports false when the block must be read whole
 // (startRead): the read wants all of it, or someone fetches it or holds it
 // ready.
-func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64, fetch bool) (bool, error) {
+func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64, fetch partFetch) (bool, error) {
 	k := l.key(obj, i)
 	bOff, n := l.blockRange(obj, i)
 	if int64(len(p)) == n {
@@ -68,8 +85,20 @@ func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []by
 	if pr, ok := l.tier.(partReader); ok && pr.ReadPart(k, n, p, off) {
 		return true, nil
 	}
-	if !fetch || !l.cacheFull() || l.tierHas(k) || l.chances.first(k) {
+	switch fetch {
+	case partNever:
 		return false, nil
+	case partMissed:
+		// With no room for the block (reads wait for memory, or will),
+		// its chance would have this read wait for a whole block to use
+		// a piece of it.
+		if !l.cacheFull() || l.tierHas(k) || l.mem.room(n+blockOverhead) && l.chances.first(k) {
+			return false, nil
+		}
+	case partLost:
+		if l.tierHas(k) {
+			return false, nil
+		}
 	}
 	if tc, ok := l.tier.(toucher); ok {
 		tc.Touch(k)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -374,5 +375,43 @@ func putBlocks(l *Loader, disk *cache.Disk, obj store.Object, src []byte, bs, n 
 	for b := range n {
 		disk.Put(l.key(obj, b), src[b*bs:min((b+1)*bs, int64(len(src)))])
 		disk.Flush()
+	}
+}
+
+// TestManyRandomReadersTightBudget: more readers at random offsets than the
+// memory budget holds blocks, no cache, a slow store. Each block's one
+// chance to be fetched whole would have every reader wait for room for a
+// whole block to read a piece of it, in line behind all the others; while
+// readers wait for room, a random read fetches its part instead.
+func TestManyRandomReadersTightBudget(t *testing.T) {
+	const bs, blocks, readers, reads, piece = 256 << 10, 64, 16, 12, 16 << 10
+	st := newFakeStore()
+	st.latency = func(string) time.Duration { return 5 * time.Millisecond }
+	stats := &Stats{}
+	l := newTestLoader(t, st, nil, Options{BlockSize: bs, MemoryBudget: 2 * (bs + blockOverhead), Stats: stats})
+	var wg sync.WaitGroup
+	for i := range readers {
+		obj := st.add(fmt.Sprintf("r/%d", i), blocks*bs)
+		wg.Go(func() {
+			r := l.Open(obj)
+			defer r.Close()
+			src := st.data(obj.Key)
+			rng := rand.New(rand.NewPCG(uint64(i), 5))
+			p := make([]byte, piece)
+			for range reads {
+				off := 1 + rng.Int64N(obj.Size-piece)
+				if n, err := r.ReadAt(t.Context(), p, off); err != nil || !bytes.Equal(p[:n], src[off:off+int64(n)]) {
+					t.Errorf("%s: ReadAt(%d) = %d, %v, or wrong bytes", obj.Key, off, n, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	read := int64(readers * reads * piece)
+	got := stats.GetBytes.Load()
+	t.Logf("%d GETs, %d of them parts, %.2fx the bytes read fetched", stats.Gets.Load(), stats.PartGets.Load(), float64(got)/float64(read))
+	if got > 2*read {
+		t.Fatalf("fetched %d bytes for %d read (%.1fx): whole blocks while readers waited for room", got, read, float64(got)/float64(read))
 	}
 }

@@ -30,6 +30,7 @@ type reader struct {
 	issued int64 // guarded by mu: last block read-ahead has covered
 	run    int   // guarded by mu: reads in a row that followed the one before (see readAhead)
 	begun  bool  // guarded by mu: a read has come (see stream)
+	parts  bool  // guarded by mu: the reader's stream goes on by parts (see piece)
 	closed bool  // guarded by mu
 }
 
@@ -164,19 +165,35 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	// would read the whole block from disk again, so it reads its part.
 	// So may a reader's first read (begins): from disk, never as a part
 	// fetch, since a stream would fetch the block whole right after. And
-	// so does a stream's read in the middle of a block it read whole and
-	// then lost (given up for other readers' blocks): read whole again, it
-	// would most likely be given up again before the reader finishes it.
+	// so does a stream's read in the middle of a block no one holds: it
+	// read it whole and lost it (partLost). Such a stream reads its next
+	// blocks by parts too while memory has no room for them: fetched
+	// whole, they would be lost the same way, and another stream's with
+	// them.
 	random := acc == jumped || acc == nearby
-	if random || acc == streams && lo > 0 || !l.mem.room(bn+blockOverhead) {
-		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, random)
+	lost := acc == streams && (lo > 0 || r.byParts() && !l.mem.room(bn+blockOverhead))
+	if random || lost || !l.mem.room(bn+blockOverhead) {
+		fetch := partNever
+		switch {
+		case random:
+			fetch = partMissed
+		case lost:
+			fetch = partLost
+		}
+		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, fetch)
 		if err != nil {
 			return nil, err
 		}
 		if part {
+			if lost {
+				r.setByParts(true)
+			}
 			l.handed.mark(l.key(r.obj, b), hi-lo)
 			return dst[:hi-lo], nil
 		}
+	}
+	if acc == streams {
+		r.setByParts(false)
 	}
 	h, err := l.startRead(r.obj, b)
 	if err != nil {
@@ -202,6 +219,19 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	l.release(h, mode)
 	l.handed.mark(l.key(r.obj, b), hi-lo) // the kernel keeps what a read returns
 	return data[lo:hi:hi], nil
+}
+
+// byParts says whether the reader's stream goes on by parts (piece).
+func (r *reader) byParts() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parts
+}
+
+func (r *reader) setByParts(on bool) {
+	r.mu.Lock()
+	r.parts = on
+	r.mu.Unlock()
 }
 
 // How a read follows the reader's reads before it (readAhead).
