@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -326,6 +328,33 @@ func TestNofileWarning(t *testing.T) {
 	}{{32, true}, {767, true}, {768, false}, {1 << 20, false}} {
 		if w := nofileWarning(tc.limit, 128); (w != "") != tc.warn {
 			t.Errorf("limit %d: %q, want a warning: %v", tc.limit, w, tc.warn)
+		}
+	}
+}
+
+// TestRAMCacheWarningFollowsTheBound: a RAM cache that leaves the mount the
+// 300 MiB the README says it holds besides is not warned about (a sidecar
+// sized so was told it would run out of memory); one that leaves less is.
+func TestRAMCacheWarningFollowsTheBound(t *testing.T) {
+	mem := totalMemory()
+	for _, tc := range []struct {
+		left int64
+		warn bool
+	}{{400 << 20, false}, {200 << 20, true}} {
+		var f mountFlags
+		cmd := &cobra.Command{}
+		f.register(cmd)
+		f.changed = cmd.Flags().Changed
+		if err := cmd.Flags().Parse([]string{"--ram-cache-size", strconv.FormatInt(mem-tc.left, 10)}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := f.plan("s3://bucket/prefix")
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned := slices.ContainsFunc(p.warnings, func(w string) bool { return strings.Contains(w, "leaves less than 300.0MiB") })
+		if warned != tc.warn {
+			t.Errorf("%d MiB left beside the RAM cache: warnings %q, want the memory one: %v", tc.left>>20, p.warnings, tc.warn)
 		}
 	}
 }

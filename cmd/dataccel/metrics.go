@@ -66,7 +66,7 @@ func (s *mountStats) metrics() []metric {
 		{"prefetch_memory_bytes", "bytes of blocks in flight or read ahead", &p.MemInUse, true},
 		{"prefetch_pushed_total", "prefetched blocks put in the kernel's page cache", &p.Pushed, false},
 		{"prefetch_pushed_bytes_total", "bytes put in the kernel's page cache", &p.PushedBytes, false},
-		{"prefetch_push_failed_total", "pushes the kernel refused (file not looked up) or not made (a file read from its local copy)", &p.PushFailed, false},
+		{"prefetch_push_failed_total", "pushes the kernel refused (file not looked up, nor its directory listed) or not made (a file read from its local copy)", &p.PushFailed, false},
 		{"prefetch_push_skipped_total", "pushes skipped for a full push queue", &p.PushSkipped, false},
 		{"hedged_gets_total", "duplicate GETs sent for late small objects", &p.Hedges, false},
 		{"hedged_wins_total", "duplicate GETs that answered first", &p.HedgeWins, false},

@@ -215,10 +215,10 @@ func (f *mountFlags) plan(rawURL string) (mountPlan, error) {
 	}
 	// The memory limit follows --ram-cache-size: a bound over the memory
 	// there is lets the cache grow until the kernel kills the mount.
-	if ram != "" && p.ramBytes+memRoom > mem { // the default is a tenth of it
+	if ram != "" && p.ramBytes+memBeside > mem { // the default is a tenth of it
 		p.warnings = append(p.warnings, fmt.Sprintf("--ram-cache-size %s leaves less than %s of this machine's (or container's) memory, %s: "+
-			"the mount would run out of memory before its cache fills; give less, or a share (50%%)",
-			ram, humanBytes(memRoom), humanBytes(mem)))
+			"the mount holds up to its RAM cache and %s besides (and about 1 KiB per file listed), so it would run out of memory before its cache fills; give less, or a share (50%%)",
+			ram, humanBytes(memBeside), humanBytes(mem), humanBytes(memBeside)))
 	}
 	// Blocks read ahead or in flight take their room from the RAM cache
 	// (the loader reserves it there), so that the mount's blocks stay
@@ -368,9 +368,14 @@ func nofileWarning(limit uint64, maxInflight int) string {
 		limit, need, maxInflight)
 }
 
-// memRoom is the memory a mount needs beside its RAM cache (metadata, the
-// runtime, the disk cache's write queue).
+// memRoom is the memory a mount leaves beside its RAM cache for pages it
+// pushes (metadata, the runtime, the disk cache's write queue, and
+// headroom).
 const memRoom = 512 << 20
+
+// memBeside is the most a mount holds beside its RAM cache, whatever the
+// files (README: the memory limit keeps it there), metadata aside.
+const memBeside = 300 << 20
 
 // tinyCacheBlocks: a cache bound under this many blocks keeps almost
 // nothing, which is more likely a unit typed wrong (1KiB for 1TiB) than
