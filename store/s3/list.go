@@ -21,15 +21,21 @@ import (
 // upper bound, all in parallel; a bad guess costs a few empty pages and never
 // loses or repeats an entry.
 
-// maxListRanges bounds the ranges of one listing, splits of splits included.
+// maxListRanges bounds the ranges of one listing alive at once, splits of
+// splits included.
 const maxListRanges = 32
+
+// resplitAfter: a range that has listed this many pages in a row since its
+// last cut is cut again (while fewer than maxListRanges are alive); a
+// shorter one ends about as soon as new ranges would start.
+const resplitAfter = 4
 
 type lister struct {
 	s         *Store
 	prefix    string
 	recursive bool
 	slots     chan struct{}
-	ranges    atomic.Int32
+	ranges    atomic.Int32 // ranges alive: started and not yet ended
 	g         *errgroup.Group
 
 	mu       sync.Mutex // serializes fn
@@ -52,16 +58,21 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool, fn func
 }
 
 // listRange lists the keys in (after, upTo]; "" is the start or the end.
-// A range whose first page is full hands what lies past it to new ranges.
+// A range whose page is full hands what lies past it to new ranges, on its
+// first page and on any later one while fewer than maxListRanges are
+// alive: a guess that left it most of a large directory (its last range
+// holds all that lies past the guessed names) is cut again as the short
+// ranges end.
 func (l *lister) listRange(ctx context.Context, after, upTo string) error {
+	defer l.ranges.Add(-1)
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-l.slots }()
-	token, ask := "", 0
-	for pages := 0; ; pages++ {
+	token, ask, since := "", 0, 0
+	for pages := 0; ; pages, since = pages+1, since+1 {
 		pg, err := l.s.listPage(ctx, l.prefix, l.recursive, after, token, ask)
 		if err != nil {
 			return err
@@ -93,14 +104,19 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 			return nil
 		}
 		ask = 0
-		if pages == 0 {
-			keys := pg.keys()
-			if cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
-				upTo = l.split(ctx, keys, upTo)
+		keys := pg.keys()
+		split := false
+		if (pages == 0 || since >= resplitAfter) && cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
+			bound := upTo
+			upTo = l.split(ctx, keys, upTo)
+			if split = upTo != bound; split {
+				since = 0
 			}
+		}
+		if pages == 0 || split {
 			// A server fills every page it can, past the range's bound too,
 			// and may pay for each key it sends (versitygw reads each file's
-			// metadata): the range's second page asks for about what is
+			// metadata): the range's next page asks for about what is
 			// guessed to be left before the bound. A low guess costs one more
 			// page; the pages after it are full.
 			if upTo != "" {
@@ -117,7 +133,17 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 // split starts ranges for what lies past the page's keys, up to upTo, and
 // returns the new upper bound of the calling range.
 func (l *lister) split(ctx context.Context, page []string, upTo string) string {
-	pts := splitPoints(page, len(l.prefix), upTo, maxListRanges-int(l.ranges.Load()))
+	most := maxListRanges - int(l.ranges.Load())
+	if upTo != "" {
+		rest := restGuess(page, len(l.prefix), upTo)
+		if rest < resplitAfter*len(page) {
+			return upTo // ends about as soon as new ranges would
+		}
+		// Ranges of two pages at least: one of a page costs two requests
+		// (the second finds the bound).
+		most = min(most, rest/(2*len(page)))
+	}
+	pts := splitPoints(page, len(l.prefix), upTo, most)
 	if len(pts) == 0 {
 		return upTo
 	}
@@ -154,18 +180,62 @@ func (l *lister) emit(obj store.Object) error {
 // there (digits, lower case, upper case, others as seen), and how many keys
 // each holds from the most the page has under one. Keys share the first
 // keep bytes (the listing's prefix), which are never bumped.
+//
+// Those ranges of a page each leave the last one all that lies past them:
+// in a directory of 300,000 numbered files, the page f0000000-f0000999
+// cuts f0001 to f0009, and the last range, past f0009, holds 291 pages. So
+// when it cuts, it also bumps each character before that one, as far back
+// as they are of the same class (f001-f009, f01-f09, f1-f9: ranges ten
+// times as large at each step, which cut themselves as they are listed),
+// and keeps those coarser cuts first when max leaves no room for all.
 func splitPoints(page []string, keep int, upTo string, max int) []string {
-	if len(page) < 2 || max <= 0 {
+	fine, q := finestPoints(page, keep, upTo)
+	if len(fine) == 0 || max <= 0 {
 		return nil
 	}
+	var levels [][]string // the coarser cuts, one position each, finest first
+	hi := slices.Max(page)
+	tops := letterTops(page, keep)
+	if from, to := tops.class(hi[q]); from != to {
+		for q--; q >= keep; q-- {
+			if lo, _ := tops.class(hi[q]); lo != from {
+				break // another class: the name's stem, not its number
+			}
+			var level []string
+			for d := hi[q] + 1; d > hi[q] && d <= to; d++ {
+				if pt := hi[:q] + string([]byte{d}); upTo == "" || pt < upTo {
+					level = append(level, pt)
+				}
+			}
+			levels = append(levels, level)
+		}
+	}
+	var pts []string
+	for i := len(levels) - 1; i >= 0 && len(pts) < max; i-- {
+		pts = append(pts, spread(levels[i], max-len(pts))...)
+	}
+	if len(pts) == 0 {
+		pts = spread(fine, max)
+	}
+	slices.Sort(pts)
+	return pts
+}
+
+// finestPoints is splitPoints' cut at one position (see there), all of it,
+// and the position it bumps.
+func finestPoints(page []string, keep int, upTo string) ([]string, int) {
+	if len(page) < 2 {
+		return nil, 0
+	}
 	lo, hi := slices.Min(page), slices.Max(page)
+	tops := letterTops(page, keep)
 	p := keep
 	for p < len(lo) && p < len(hi) && lo[p] == hi[p] {
 		p++
 	}
 	for q := min(p, len(hi)-1); q >= keep; q-- {
 		head := hi[:q]
-		alpha, most, _ := alphabet(page, head)
+		alpha, most, _ := alphabet(page, head, tops)
 		var cands []string
 		for _, c := range alpha {
 			if c > hi[q] && c != '/' {
@@ -179,11 +249,11 @@ func splitPoints(page []string, keep int, upTo string, max int) []string {
 		}
 		want := (len(cands)*most + len(page) - 1) / len(page)
 		if want < 2 {
-			return nil // what is left likely fits a page or two
+			return nil, 0 // what is left likely fits a page or two
 		}
-		return spread(cands, min(want, max))
+		return spread(cands, want), q
 	}
-	return nil
+	return nil, 0
 }
 
 // restGuess guesses how many keys lie past every key of page and up to
@@ -198,15 +268,16 @@ func restGuess(page []string, keep int, upTo string) int {
 		return 0
 	}
 	hi := slices.Max(page)
+	tops := letterTops(page, keep)
 	rest := 0
 	for q := keep; q < len(hi); q++ {
 		head := hi[:q]
-		alpha, most, under := alphabet(page, head)
+		alpha, most, under := alphabet(page, head, tops)
 		if under < 2 {
 			break // only the last key itself goes on
 		}
 		if len(upTo) > q && strings.HasPrefix(upTo, head) {
-			from, to := class(upTo[q])
+			from, to := tops.class(upTo[q])
 			for c := int(from); c <= int(to); c++ {
 				alpha = append(alpha, byte(c))
 			}
@@ -229,7 +300,7 @@ func restGuess(page []string, keep int, upTo string) int {
 // alphabet returns, sorted, the characters that may follow head: those the
 // page's keys have there, widened to their whole class; the most keys that
 // share one of them; and how many keys go on past head.
-func alphabet(page []string, head string) ([]byte, int, int) {
+func alphabet(page []string, head string, tops letters) ([]byte, int, int) {
 	var seen [256]bool
 	var count [256]int
 	under := 0
@@ -240,7 +311,7 @@ func alphabet(page []string, head string) ([]byte, int, int) {
 		under++
 		c := k[len(head)]
 		count[c]++
-		from, to := class(c)
+		from, to := tops.class(c)
 		for d := int(from); d <= int(to); d++ {
 			seen[d] = true
 		}
@@ -254,16 +325,37 @@ func alphabet(page []string, head string) ([]byte, int, int) {
 	return out, slices.Max(count[:]), under
 }
 
-// class returns the range of characters c stands for: digits, lower case,
-// upper case, or c alone.
-func class(c byte) (lo, hi byte) {
+// letters holds the last lower- and upper-case letters that keys use (0:
+// none), past their shared prefix: names of hex digits use a-f, and a guess
+// of names in g-z would only cost empty LISTs.
+type letters struct{ lower, upper byte }
+
+func letterTops(page []string, keep int) letters {
+	var t letters
+	for _, k := range page {
+		for i := keep; i < len(k); i++ {
+			switch c := k[i]; {
+			case c >= 'a' && c <= 'z':
+				t.lower = max(t.lower, c)
+			case c >= 'A' && c <= 'Z':
+				t.upper = max(t.upper, c)
+			}
+		}
+	}
+	return t
+}
+
+// class returns the range of characters c stands for: digits, lower case
+// or upper case up to the last letter of its case the keys use (c at
+// least), or c alone.
+func (t letters) class(c byte) (lo, hi byte) {
 	switch {
 	case c >= '0' && c <= '9':
 		return '0', '9'
 	case c >= 'a' && c <= 'z':
-		return 'a', 'z'
+		return 'a', max(t.lower, c)
 	case c >= 'A' && c <= 'Z':
-		return 'A', 'Z'
+		return 'A', max(t.upper, c)
 	}
 	return c, c
 }

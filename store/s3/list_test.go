@@ -13,8 +13,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -134,6 +136,87 @@ func TestSplitListing(t *testing.T) {
 				t.Logf("%d entries: %d requests split (%d entries sent), %d serial", len(got), reqs, entries, pages)
 			})
 		}
+	}
+}
+
+// TestSplitListingOfALargeDirectory lists 3,000 keys in pages of 10, as a
+// directory of 300,000 is listed in pages of 1,000. With numbered names,
+// the first page's cut left its last range everything past f0000090:
+// listed page after page, 200 of them in a row once 32 ranges had been
+// started, short ones included. The pages in a row (those of one
+// start-after) must stay few, and the requests about the pages.
+func TestSplitListingOfALargeDirectory(t *testing.T) {
+	base := srv.NewBucket(t)
+	const n = 3000
+	for _, c := range []struct {
+		name string
+		key  func(i int) string
+	}{
+		{"numbered", func(i int) string { return fmt.Sprintf("f%07d.jpg", i) }},
+		{"hex", func(i int) string { return fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i), byte(i >> 8)}))[:20] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := c.name + "/"
+			var want []string
+			var g errgroup.Group
+			g.SetLimit(16)
+			for i := range n {
+				key := dir + c.key(i)
+				want = append(want, key)
+				g.Go(func() error {
+					_, err := testenv.PutBytes(context.Background(), base, key, []byte("x"))
+					return err
+				})
+			}
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(want)
+			u, err := url.Parse(srv.Endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			pages := map[string]int{} // LIST requests by start-after: one range's pages
+			rp := httputil.NewSingleHostReverseProxy(u)
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if q := r.URL.Query(); r.Method == http.MethodGet && q.Has("list-type") {
+					mu.Lock()
+					pages[q.Get("start-after")]++
+					mu.Unlock()
+				}
+				rp.ServeHTTP(w, r)
+			}))
+			t.Cleanup(ts.Close)
+			cfg := srv.Config(base.Bucket())
+			cfg.Endpoint, cfg.ListPage, cfg.ListParallel = ts.URL, 10, 8
+			st, err := s3.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			got := listed(t, st, dir, false)
+			took := time.Since(start)
+			if !slices.Equal(got, want) {
+				t.Fatalf("listed %d keys, want %d\nmissing: %v\nextra: %v", len(got), len(want), minus(want, got), minus(got, want))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			longest, reqs := "", 0
+			for after, k := range pages {
+				reqs += k
+				if k > pages[longest] {
+					longest = after
+				}
+			}
+			t.Logf("%d ranges, %d LIST requests for %d pages in %v; the longest, after %q, %d pages", len(pages), reqs, n/10, took, longest, pages[longest])
+			if pages[longest] > 30 {
+				t.Errorf("the range after %q took %d pages in a row, want at most 30", longest, pages[longest])
+			}
+			if limit := n/10*8/5 + 2*32; reqs > limit {
+				t.Errorf("%d LIST requests for %d pages, want at most %d", reqs, n/10, limit)
+			}
+		})
 	}
 }
 
