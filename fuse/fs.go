@@ -259,6 +259,7 @@ func newFS(cfg Config) *FS {
 		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[string]storeAnswer{}, reported: map[uint64]bool{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
 		dropping: map[string]map[string]bool{}}
 	ns.changed = f.entriesChanged
+	ns.idle = f.forgetFiles
 	if !cfg.passthrough() {
 		f.pt.Store(ptOff) // no copies to read: opens never need answering
 	}
@@ -901,6 +902,28 @@ func (f *FS) entriesChanged(dir string, names []string) {
 		f.dropRunning = true
 		go f.dropEntries()
 	}
+}
+
+// forgetFiles drops the kernel's entries of the files in dir, whose listing
+// went unused for two ttls and was given back: the kernel then forgets
+// their inodes, and this process its nodes of them (most of the memory a
+// file listed costs). Otherwise a mount that walked a large bucket once
+// would hold a node for each file until the kernel ran short of memory.
+// The kernel has not used those entries for a ttl (a lookup after that
+// would have used the listing), nor will it without asking again.
+// Subdirectories stay: their own listings go when they are idle.
+func (f *FS) forgetFiles(dir string) {
+	d := f.inodeAt(dir)
+	if d == nil {
+		return
+	}
+	var names []string
+	for name, ch := range d.Children() {
+		if _, isFile := ch.Operations().(*fileNode); isFile {
+			names = append(names, name)
+		}
+	}
+	f.entriesChanged(dir, names)
 }
 
 // dropEntries serves entriesChanged until nothing is queued.

@@ -1300,3 +1300,43 @@ func TestReadEndsEarly(t *testing.T) {
 		t.Fatalf("read of a file whose store ends early: %d of %d bytes, %v; want EIO", len(b), 3<<20, err)
 	}
 }
+
+// TestIdleListingForgetsItsFiles: a listing no lookup asked for in two
+// ttls is given back, and the kernel's entries of its files are dropped
+// with it, so that the kernel forgets their inodes and the mount its nodes
+// of them (a walk of a large bucket held a node per file for the mount's
+// life). A file open meanwhile still reads.
+func TestIdleListingForgetsItsFiles(t *testing.T) {
+	objs := map[string][]byte{"keep/open.bin": []byte("still here")}
+	for i := range 500 {
+		objs[fmt.Sprintf("d/f%04d.jpg", i)] = []byte("x")
+	}
+	m := mountCfg(t, Config{Store: memStore{objs: objs}, MetadataTTL: time.Second})
+	f, err := os.Open(filepath.Join(m.Dir, "keep", "open.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ents, err := os.ReadDir(filepath.Join(m.Dir, "d"))
+	if err != nil || len(ents) != 500 {
+		t.Fatalf("readdir: %d entries, %v", len(ents), err)
+	}
+	d := m.FS.inodeAt("d/")
+	if n := len(d.Children()); n != 500 {
+		t.Fatalf("%d nodes after the readdir, want 500", n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(d.Children()) > 0 || m.FS.ns.held("d/") != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d nodes left in d/, listing held %v, 20 s on (ttl 1s)", len(d.Children()), m.FS.ns.held("d/") != nil)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b := make([]byte, 32)
+	if n, err := f.ReadAt(b, 0); string(b[:n]) != "still here" {
+		t.Fatalf("the open file read %q, %v", b[:n], err)
+	}
+	if ents, err = os.ReadDir(filepath.Join(m.Dir, "d")); err != nil || len(ents) != 500 {
+		t.Fatalf("readdir again: %d entries, %v", len(ents), err)
+	}
+}

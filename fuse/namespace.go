@@ -136,6 +136,10 @@ type namespace struct {
 	// removed or changed against the one it replaced (set before the
 	// mount serves): the kernel's entries of them must go.
 	changed func(dir string, names []string)
+	// idle, if set, is told each directory whose listing dropIdle gave
+	// back (set before the mount serves; told after ns.mu is released):
+	// the kernel's entries of its files may go.
+	idle func(dir string)
 }
 
 // newNamespace returns an empty namespace; background relistings
@@ -586,13 +590,20 @@ func (ns *namespace) relistDue(ctx context.Context, ridingOnly bool) {
 // that LIST ran, and cached files failed their opens).
 func (ns *namespace) dropIdle() {
 	now := ns.now()
+	var dropped []string
 	ns.mu.Lock()
-	defer ns.mu.Unlock()
 	for dir, l := range ns.dirs {
 		if now.Sub(l.at) >= ns.life(l)+ns.grace && !ns.relisting[dir] && now.UnixNano()-l.lastUse.Load() >= int64(2*ns.ttl) {
 			delete(ns.dirs, dir)
 			delete(ns.riding, dir)
 			delete(ns.refused, dir)
+			dropped = append(dropped, dir)
+		}
+	}
+	ns.mu.Unlock()
+	if ns.idle != nil {
+		for _, dir := range dropped {
+			ns.idle(dir)
 		}
 	}
 }
