@@ -25,10 +25,13 @@ import (
 // splits included.
 const maxListRanges = 32
 
-// resplitAfter: a range that has listed this many pages in a row since its
-// last cut is cut again (while fewer than maxListRanges are alive); a
-// shorter one ends about as soon as new ranges would start.
-const resplitAfter = 4
+// longRange: a range guessed to hold fewer pages than this past its first
+// is not cut (cut, its ranges would cost more requests than they save
+// round trips), and one that has listed this many pages in a row since its
+// last cut is cut again, while fewer than maxListRanges are alive: its cut
+// guessed short (names not zero-padded leave a range all of a bucket, as
+// n01440764_1005 to _1999).
+const longRange = 4
 
 type lister struct {
 	s         *Store
@@ -106,7 +109,7 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 		ask = 0
 		keys := pg.keys()
 		split := false
-		if (pages == 0 || since >= resplitAfter) && cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
+		if (pages == 0 || since >= longRange) && cap(l.slots) > 1 && l.ranges.Load() < maxListRanges {
 			bound := upTo
 			upTo = l.split(ctx, keys, upTo)
 			if split = upTo != bound; split {
@@ -136,7 +139,7 @@ func (l *lister) split(ctx context.Context, page []string, upTo string) string {
 	most := maxListRanges - int(l.ranges.Load())
 	if upTo != "" {
 		rest := restGuess(page, len(l.prefix), upTo)
-		if rest < resplitAfter*len(page) {
+		if rest < longRange*len(page) {
 			return upTo // ends about as soon as new ranges would
 		}
 		// Ranges of two pages at least: one of a page costs two requests
@@ -184,39 +187,33 @@ func (l *lister) emit(obj store.Object) error {
 // Those ranges of a page each leave the last one all that lies past them:
 // in a directory of 300,000 numbered files, the page f0000000-f0000999
 // cuts f0001 to f0009, and the last range, past f0009, holds 291 pages. So
-// when it cuts, it also bumps each character before that one, as far back
-// as they are of the same class (f001-f009, f01-f09, f1-f9: ranges ten
-// times as large at each step, which cut themselves as they are listed),
-// and keeps those coarser cuts first when max leaves no room for all.
+// where the character before that one is of the same class, it bumps that
+// one too (f001 to f009: ranges of ten pages, which cut themselves as they
+// are listed), and the last range's first page the one before (f01 to
+// f09): the ranges grow tenfold at each step, and the last one is reached
+// in a few. When max leaves no room for all, the coarser cuts come first.
 func splitPoints(page []string, keep int, upTo string, max int) []string {
 	fine, q := finestPoints(page, keep, upTo)
 	if len(fine) == 0 || max <= 0 {
 		return nil
 	}
-	var levels [][]string // the coarser cuts, one position each, finest first
+	var coarse []string
 	hi := slices.Max(page)
 	tops := letterTops(page, keep)
 	if from, to := tops.class(hi[q]); from != to {
-		for q--; q >= keep; q-- {
+		for q--; q >= keep && len(coarse) == 0; q-- {
 			if lo, _ := tops.class(hi[q]); lo != from {
 				break // another class: the name's stem, not its number
 			}
-			var level []string
 			for d := hi[q] + 1; d > hi[q] && d <= to; d++ {
 				if pt := hi[:q] + string([]byte{d}); upTo == "" || pt < upTo {
-					level = append(level, pt)
+					coarse = append(coarse, pt)
 				}
 			}
-			levels = append(levels, level)
 		}
 	}
-	var pts []string
-	for i := len(levels) - 1; i >= 0 && len(pts) < max; i-- {
-		pts = append(pts, spread(levels[i], max-len(pts))...)
-	}
-	if len(pts) == 0 {
-		pts = spread(fine, max)
-	}
+	pts := spread(coarse, max)
+	pts = append(pts, spread(fine, max-len(pts))...)
 	slices.Sort(pts)
 	return pts
 }

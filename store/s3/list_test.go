@@ -142,9 +142,10 @@ func TestSplitListing(t *testing.T) {
 // TestSplitListingOfALargeDirectory lists 3,000 keys in pages of 10, as a
 // directory of 300,000 is listed in pages of 1,000. With numbered names,
 // the first page's cut left its last range everything past f0000090:
-// listed page after page, 200 of them in a row once 32 ranges had been
-// started, short ones included. The pages in a row (those of one
-// start-after) must stay few, and the requests about the pages.
+// listed page after page, 210 of them in a row once 32 ranges had been
+// started, short ones included (hex names 170, ImageNet's 112). The pages
+// in a row (those of one start-after) must stay few, and the requests
+// about the pages.
 func TestSplitListingOfALargeDirectory(t *testing.T) {
 	base := srv.NewBucket(t)
 	const n = 3000
@@ -154,6 +155,7 @@ func TestSplitListingOfALargeDirectory(t *testing.T) {
 	}{
 		{"numbered", func(i int) string { return fmt.Sprintf("f%07d.jpg", i) }},
 		{"hex", func(i int) string { return fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i), byte(i >> 8)}))[:20] }},
+		{"imagenet", func(i int) string { return fmt.Sprintf("n01440764_%d.JPEG", i) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := c.name + "/"
