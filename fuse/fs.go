@@ -152,6 +152,7 @@ type FS struct {
 
 	dropMu      sync.Mutex
 	dropping    map[string]map[string]bool // guarded by dropMu: per directory, names whose kernel entries are to go
+	forgetting  map[string]bool            // guarded by dropMu: directories whose files' kernel entries are to go (forgetFiles)
 	dropRunning bool                       // guarded by dropMu: dropEntries is at work
 }
 
@@ -165,9 +166,13 @@ var ErrNoInode = errors.New("fuse: the kernel holds no inode for the file")
 // to this process. It fills only a file the kernel has looked up (it looks
 // one up where it can: lookUpThroughMount), and only the version obj
 // names, so a reader never sees another version's bytes.
-// It may wait while a READ in progress holds the pages; it never waits for
-// this process.
+// It may wait while a READ in progress holds the pages, and for this
+// process's answer to a LOOKUP it makes (answered from memory); it never
+// waits for the loader.
 func (f *FS) Store(obj store.Object, off int64, data []byte) error {
+	if f.passthroughFor(obj) {
+		return fmt.Errorf("store %s in the page cache: %w", obj.Key, ErrPassthrough)
+	}
 	n := f.lookedUp(obj.Key)
 	if n == nil && f.lookUpThroughMount(obj.Key) {
 		n = f.lookedUp(obj.Key)
@@ -177,9 +182,6 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 	}
 	if n.obj.ETag != obj.ETag || n.obj.Size != obj.Size {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, store.ErrChanged)
-	}
-	if f.passthroughFor(obj) {
-		return fmt.Errorf("store %s in the page cache: %w", obj.Key, ErrPassthrough)
 	}
 	if errno := n.WriteCache(off, data); errno != 0 {
 		return fmt.Errorf("store %s in the page cache: %w", obj.Key, errno)
@@ -191,17 +193,18 @@ func (f *FS) Store(obj store.Object, off int64, data []byte) error {
 // path through the mount: a job that opens files from a list of paths
 // (no walk, no readdir) has the kernel know a file only at its open, too
 // late for a push. Only where every directory on the way is listed and
-// serving, so that the LOOKUPs are answered from memory, never wait on the
-// store, and cost what the job's own open would have (which they save). A
-// syscall, not a page fault: the runtime can stop this goroutine while it
-// waits for the mount's own answer. Reports whether the stat found it.
+// fresh, so that the LOOKUPs are answered from memory, never wait on the
+// store, and cost what the job's own open would have (which they save);
+// the check counts no use of a listing (the LOOKUPs do). A syscall, not a
+// page fault: the runtime can stop this goroutine while it waits for the
+// mount's own answer. Reports whether the stat found it.
 func (f *FS) lookUpThroughMount(key string) bool {
 	rel, ok := strings.CutPrefix(key, f.cfg.Prefix)
 	if !ok || rel == "" || strings.HasSuffix(rel, "/") || f.mountpoint == nil {
 		return false
 	}
 	for i := 0; ; {
-		if f.ns.serving(f.cfg.Prefix+rel[:i]) == nil {
+		if !f.ns.answersNow(f.cfg.Prefix + rel[:i]) {
 			return false
 		}
 		j := strings.IndexByte(rel[i:], '/')
@@ -257,7 +260,7 @@ func newFS(cfg Config) *FS {
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
 		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
 		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[string]storeAnswer{}, reported: map[uint64]bool{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
-		dropping: map[string]map[string]bool{}}
+		dropping: map[string]map[string]bool{}, forgetting: map[string]bool{}}
 	ns.changed = f.entriesChanged
 	ns.idle = f.forgetFiles
 	if !cfg.passthrough() {
@@ -910,23 +913,24 @@ func (f *FS) entriesChanged(dir string, names []string) {
 // file listed costs). Otherwise a mount that walked a large bucket once
 // would hold a node for each file until the kernel ran short of memory.
 // The kernel has not used those entries for a ttl (a lookup after that
-// would have used the listing), nor will it without asking again.
-// Subdirectories stay: their own listings go when they are idle.
+// would have used the listing), nor will it without asking again; if it
+// asks before they are dropped, the directory is listed again and they
+// stay. Subdirectories stay: their own listings go when they are idle.
+// Like entriesChanged, it runs in the background.
 func (f *FS) forgetFiles(dir string) {
-	d := f.inodeAt(dir)
-	if d == nil {
+	if f.mountpoint == nil {
 		return
 	}
-	var names []string
-	for name, ch := range d.Children() {
-		if _, isFile := ch.Operations().(*fileNode); isFile {
-			names = append(names, name)
-		}
+	f.dropMu.Lock()
+	defer f.dropMu.Unlock()
+	f.forgetting[dir] = true
+	if !f.dropRunning {
+		f.dropRunning = true
+		go f.dropEntries()
 	}
-	f.entriesChanged(dir, names)
 }
 
-// dropEntries serves entriesChanged until nothing is queued.
+// dropEntries serves entriesChanged and forgetFiles until nothing is queued.
 func (f *FS) dropEntries() {
 	for {
 		f.dropMu.Lock()
@@ -935,16 +939,38 @@ func (f *FS) dropEntries() {
 		for dir, names = range f.dropping {
 			break
 		}
+		idle := false
 		if names == nil {
+			for dir = range f.forgetting {
+				idle = true
+				break
+			}
+		}
+		if names == nil && !idle {
 			f.dropRunning = false
 			f.dropMu.Unlock()
 			return
 		}
-		delete(f.dropping, dir) // names coming in meanwhile make a new set
+		if idle {
+			delete(f.forgetting, dir)
+		} else {
+			delete(f.dropping, dir) // names coming in meanwhile make a new set
+		}
 		f.dropMu.Unlock()
 		parent := f.inodeAt(dir)
 		if parent == nil {
 			continue
+		}
+		if idle {
+			if f.ns.held(dir) != nil {
+				continue // listed again: the kernel's entries may be its
+			}
+			names = map[string]bool{}
+			for name, ch := range parent.Children() {
+				if _, isFile := ch.Operations().(*fileNode); isFile {
+					names[name] = true
+				}
+			}
 		}
 		for name := range names {
 			switch errno := parent.NotifyEntry(name); errno {
@@ -952,6 +978,7 @@ func (f *FS) dropEntries() {
 			case syscall.EBADF, syscall.ENODEV: // unmounted: nothing is left to drop
 				f.dropMu.Lock()
 				clear(f.dropping)
+				clear(f.forgetting)
 				f.dropRunning = false
 				f.dropMu.Unlock()
 				return

@@ -833,6 +833,15 @@ func (ns *namespace) lookup(ctx context.Context, dir, name string) (entry, bool,
 	return e, ok, nil
 }
 
+// answersNow says whether dir's listing answers lookups from memory now
+// (fresh, or being listed again), without counting a use of it.
+func (ns *namespace) answersNow(dir string) bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	l := ns.dirs[dir]
+	return l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir])
+}
+
 // held returns dir's listing, however old (prefetch hints tolerate a stale
 // one), or nil if dir was never listed; it never lists.
 func (ns *namespace) held(dir string) *listing {

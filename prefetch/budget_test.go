@@ -205,7 +205,7 @@ func TestSlowStreamsTightBudget(t *testing.T) {
 	st.mu.Unlock()
 	total := int64(readers * blocks * bs)
 	t.Logf("fetched %.2fx the data in %d GETs; slowest read %v", float64(fetched)/float64(total), len(st.log), time.Duration(slowest.Load()))
-	if fetched > total*8/5 {
+	if fetched > total*2 {
 		t.Errorf("fetched %d bytes for %d (%.2fx): blocks given up were fetched whole again", fetched, total, float64(fetched)/float64(total))
 	}
 }
@@ -226,7 +226,11 @@ func TestBudgetServesInTurn(t *testing.T) {
 				got <- i
 			} // else the test ended (its context)
 		}()
-		time.Sleep(5 * time.Millisecond) // in line before the next
+		waitFor(t, "the taker in line", func() bool { // in line before the next
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.fgWait) == i+1
+		})
 	}
 	for want := range takers {
 		b.release(10)

@@ -136,6 +136,9 @@ func (l *lister) listRange(ctx context.Context, after, upTo string) error {
 // split starts ranges for what lies past the page's keys, up to upTo, and
 // returns the new upper bound of the calling range.
 func (l *lister) split(ctx context.Context, page []string, upTo string) string {
+	if len(page) < 2 {
+		return upTo // a truncated page of one key or none shows nothing to guess from
+	}
 	most := maxListRanges - int(l.ranges.Load())
 	if upTo != "" {
 		rest := restGuess(page, len(l.prefix), upTo)
