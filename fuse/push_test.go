@@ -13,6 +13,38 @@ import (
 	"github.com/dataccel/dataccel/store"
 )
 
+// pushMount mounts objs (each version's ETag "e") and returns the mount,
+// a count of the readers it opened (reads that reached it), and the
+// version of a key.
+func pushMount(t *testing.T, objs map[string][]byte) (*Mount, *atomic.Int64, func(string) store.Object) {
+	t.Helper()
+	st := memStore{objs: objs}
+	opens := new(atomic.Int64)
+	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: OpenerFunc(func(o store.Object) Reader {
+		opens.Add(1)
+		return DirectOpener{Store: st}.Open(o)
+	})})
+	return m, opens, func(key string) store.Object {
+		return store.Object{Key: key, Size: int64(len(objs[key])), ETag: "e"}
+	}
+}
+
+// readsPushed reads path and wants the pushed bytes, with no read reaching
+// the mount (opens counts them).
+func readsPushed(t *testing.T, path string, pushed []byte, opens *atomic.Int64) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, pushed) {
+		t.Fatalf("read %d bytes that are not the pushed ones: the read reached the mount", len(got))
+	}
+	if n := opens.Load(); n != 0 {
+		t.Fatalf("%d reads reached the mount, want none", n)
+	}
+}
+
 // TestStore: FS.Store puts bytes into the kernel's page cache of a file the
 // kernel has looked up, and a read then gets them with no READ reaching the
 // mount. The test pushes bytes that differ from the object's, so that only
@@ -24,15 +56,7 @@ func TestStore(t *testing.T) {
 		"d/a.bin": randBytes(r, 300<<10+123), // not a whole number of pages
 		"d/b.bin": randBytes(r, 5000),
 	}
-	st := memStore{objs: objs}
-	var opens atomic.Int64
-	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: OpenerFunc(func(o store.Object) Reader {
-		opens.Add(1)
-		return DirectOpener{Store: st}.Open(o)
-	})})
-	obj := func(key string) store.Object {
-		return store.Object{Key: key, Size: int64(len(objs[key])), ETag: "e"}
-	}
+	m, opens, obj := pushMount(t, objs)
 
 	if err := m.FS.Store(obj("d/b.bin"), 0, objs["d/b.bin"]); !errors.Is(err, ErrNoInode) {
 		t.Fatalf("store into a file never looked up: %v, want ErrNoInode", err)
@@ -44,16 +68,7 @@ func TestStore(t *testing.T) {
 	if err := m.FS.Store(obj("d/a.bin"), 0, pushed); err != nil {
 		t.Fatalf("store: %v", err)
 	}
-	got, err := os.ReadFile(filepath.Join(m.Dir, "d", "a.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, pushed) {
-		t.Fatalf("read %d bytes that are not the pushed ones: the read reached the mount", len(got))
-	}
-	if n := opens.Load(); n != 0 {
-		t.Fatalf("%d reads reached the mount, want none", n)
-	}
+	readsPushed(t, filepath.Join(m.Dir, "d", "a.bin"), pushed, opens)
 
 	other := obj("d/a.bin")
 	other.ETag = "another version"
@@ -64,7 +79,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("store outside the mount's files: %v, want ErrNoInode", err)
 	}
 	// A file read normally still reads the object's bytes.
-	got, err = os.ReadFile(filepath.Join(m.Dir, "d", "b.bin"))
+	got, err := os.ReadFile(filepath.Join(m.Dir, "d", "b.bin"))
 	if err != nil || !bytes.Equal(got, objs["d/b.bin"]) {
 		t.Fatalf("read d/b.bin: %v", err)
 	}
@@ -88,15 +103,7 @@ func TestStoreLooksUpListedFiles(t *testing.T) {
 		"d/e/b.bin": randBytes(r, 200<<10+17),
 		"u/c.bin":   randBytes(r, 3000),
 	}
-	st := memStore{objs: objs}
-	var opens atomic.Int64
-	m := mountCfg(t, Config{Store: st, MetadataTTL: time.Hour, Opener: OpenerFunc(func(o store.Object) Reader {
-		opens.Add(1)
-		return DirectOpener{Store: st}.Open(o)
-	})})
-	obj := func(key string) store.Object {
-		return store.Object{Key: key, Size: int64(len(objs[key])), ETag: "e"}
-	}
+	m, opens, obj := pushMount(t, objs)
 
 	if _, err := os.Stat(filepath.Join(m.Dir, "d", "a.bin")); err != nil {
 		t.Fatal(err)
@@ -111,16 +118,7 @@ func TestStoreLooksUpListedFiles(t *testing.T) {
 	if err := m.FS.Store(obj("d/e/b.bin"), 0, pushed); err != nil {
 		t.Fatalf("store into a listed file the kernel had not looked up: %v", err)
 	}
-	got, err := os.ReadFile(filepath.Join(m.Dir, "d", "e", "b.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, pushed) {
-		t.Fatalf("read %d bytes that are not the pushed ones: the read reached the mount", len(got))
-	}
-	if n := opens.Load(); n != 0 {
-		t.Fatalf("%d reads reached the mount, want none", n)
-	}
+	readsPushed(t, filepath.Join(m.Dir, "d", "e", "b.bin"), pushed, opens)
 
 	if err := m.FS.Store(obj("u/c.bin"), 0, objs["u/c.bin"]); !errors.Is(err, ErrNoInode) {
 		t.Fatalf("store into a file of a directory never listed: %v, want ErrNoInode", err)

@@ -147,12 +147,7 @@ func TestStreamingReadersTightBudget(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var fetched int64
-	st.mu.Lock()
-	for _, e := range st.log {
-		fetched += e.n
-	}
-	st.mu.Unlock()
+	fetched, _ := st.fetched()
 	total := int64(readers * blocks * bs)
 	if fetched > total*5/4 {
 		t.Fatalf("fetched %d bytes for %d: blocks were fetched again (%.2fx)", fetched, total, float64(fetched)/float64(total))
@@ -197,14 +192,9 @@ func TestSlowStreamsTightBudget(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var fetched int64
-	st.mu.Lock()
-	for _, e := range st.log {
-		fetched += e.n
-	}
-	st.mu.Unlock()
+	fetched, gets := st.fetched()
 	total := int64(readers * blocks * bs)
-	t.Logf("fetched %.2fx the data in %d GETs; slowest read %v", float64(fetched)/float64(total), len(st.log), time.Duration(slowest.Load()))
+	t.Logf("fetched %.2fx the data in %d GETs; slowest read %v", float64(fetched)/float64(total), gets, time.Duration(slowest.Load()))
 	if fetched > total*2 {
 		t.Errorf("fetched %d bytes for %d (%.2fx): blocks given up were fetched whole again", fetched, total, float64(fetched)/float64(total))
 	}

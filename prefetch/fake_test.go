@@ -213,6 +213,16 @@ func (r *patternReader) Read(p []byte) (int, error) {
 }
 
 // getsOf returns the logged GETs of key.
+// fetched returns the bytes the store sent so far and in how many GETs.
+func (s *fakeStore) fetched() (bytes int64, gets int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.log {
+		bytes += e.n
+	}
+	return bytes, len(s.log)
+}
+
 func (s *fakeStore) getsOf(key string) []getEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,21 +160,7 @@ func TestSplitListingOfALargeDirectory(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := c.name + "/"
-			var want []string
-			var g errgroup.Group
-			g.SetLimit(16)
-			for i := range n {
-				key := dir + c.key(i)
-				want = append(want, key)
-				g.Go(func() error {
-					_, err := testenv.PutBytes(context.Background(), base, key, []byte("x"))
-					return err
-				})
-			}
-			if err := g.Wait(); err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(want)
+			want := putNamed(t, base, n, func(i int) string { return dir + c.key(i) })
 			u, err := url.Parse(srv.Endpoint)
 			if err != nil {
 				t.Fatal(err)
@@ -231,40 +216,15 @@ func TestSplitListingOfALargeDirectory(t *testing.T) {
 func TestSplitListingEmptyTruncatedPage(t *testing.T) {
 	base := srv.NewBucket(t)
 	want := putImageNetNames(t, base, 400)
-	u, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	contents := regexp.MustCompile(`(?s)<Contents>.*?</Contents>`)
 	var emptied atomic.Int64
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		q := resp.Request.URL.Query()
-		if !q.Has("list-type") || !q.Has("start-after") || q.Has("continuation-token") {
-			return nil
+	st := firstPagesRewritten(t, base, 10, func(body []byte) []byte {
+		if !bytes.Contains(body, []byte("<IsTruncated>true</IsTruncated>")) {
+			return body
 		}
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if bytes.Contains(body, []byte("<IsTruncated>true</IsTruncated>")) {
-			body = contents.ReplaceAll(body, nil) // a range's first page, empty
-			emptied.Add(1)
-		}
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		return nil
-	}
-	ts := httptest.NewServer(rp)
-	t.Cleanup(ts.Close)
-	cfg := srv.Config(base.Bucket())
-	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = ts.URL, 10, 8
-	st, err := s3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+		emptied.Add(1)
+		return contents.ReplaceAll(body, nil)
+	})
 	got := listed(t, st, "d/", false)
 	if emptied.Load() == 0 {
 		t.Fatal("no range's first page was truncated: the test proves nothing")
@@ -273,6 +233,44 @@ func TestSplitListingEmptyTruncatedPage(t *testing.T) {
 	if extra := minus(got, want); len(extra) > 0 || len(got) < len(want)-10*int(emptied.Load()) {
 		t.Fatalf("listed %d of %d keys with %d pages emptied; extra: %v", len(got), len(want), emptied.Load(), extra)
 	}
+}
+
+// firstPagesRewritten returns a store (pages of page keys, 8 LISTs in
+// flight) whose LISTs go through a proxy that hands the body of each
+// range's first page (one with a start-after and no continuation token)
+// to rewrite and sends on what it returns.
+func firstPagesRewritten(t *testing.T, base *s3.Store, page int, rewrite func(body []byte) []byte) *s3.Store {
+	t.Helper()
+	u, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		q := resp.Request.URL.Query()
+		if !q.Has("list-type") || q.Get("start-after") == "" || q.Get("continuation-token") != "" {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		body = rewrite(body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	ts := httptest.NewServer(rp)
+	t.Cleanup(ts.Close)
+	cfg := srv.Config(base.Bucket())
+	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = ts.URL, page, 8
+	st, err := s3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestSplitListingStopsNearBounds lists 1,000 keys named as ImageNet's
@@ -308,44 +306,20 @@ func TestSplitListingStopsNearBounds(t *testing.T) {
 func TestListStartAfterIgnored(t *testing.T) {
 	base := srv.NewBucket(t)
 	want := putImageNetNames(t, base, 1000) // a listing that splits
-	u, err := url.Parse(srv.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var injected atomic.Int64
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		q := resp.Request.URL.Query()
-		if !q.Has("list-type") || q.Get("start-after") == "" || q.Get("continuation-token") != "" {
-			return nil
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
+	st := firstPagesRewritten(t, base, 100, func(body []byte) []byte {
 		// The page's first entry again, as the listing's first key: one at
 		// or before every range's start-after.
-		if i, j := bytes.Index(body, []byte("<Contents>")), bytes.Index(body, []byte("</Contents>")); i >= 0 && j > i {
-			entry := body[i : j+len("</Contents>")]
-			k0, k1 := bytes.Index(entry, []byte("<Key>")), bytes.Index(entry, []byte("</Key>"))
-			early := slices.Concat(entry[:k0], []byte("<Key>"+want[0]), entry[k1:])
-			body = slices.Concat(body[:i], early, body[i:])
-			injected.Add(1)
+		i, j := bytes.Index(body, []byte("<Contents>")), bytes.Index(body, []byte("</Contents>"))
+		if i < 0 || j < i {
+			return body
 		}
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		resp.Header.Del("Content-Length")
-		return nil
-	}
-	ts := httptest.NewServer(rp)
-	t.Cleanup(ts.Close)
-	cfg := srv.Config(base.Bucket())
-	cfg.Endpoint, cfg.ListPage, cfg.ListParallel = ts.URL, 100, 8
-	st, err := s3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+		entry := body[i : j+len("</Contents>")]
+		k0, k1 := bytes.Index(entry, []byte("<Key>")), bytes.Index(entry, []byte("</Key>"))
+		early := slices.Concat(entry[:k0], []byte("<Key>"+want[0]), entry[k1:])
+		injected.Add(1)
+		return slices.Concat(body[:i], early, body[i:])
+	})
 	got := listed(t, st, "d/", false)
 	if injected.Load() == 0 {
 		t.Fatal("no range's page had a key to add: the listing was not split")
@@ -360,14 +334,21 @@ func TestListStartAfterIgnored(t *testing.T) {
 // sorted.
 func putImageNetNames(t *testing.T, base *s3.Store, n int) []string {
 	t.Helper()
+	return putNamed(t, base, n, func(i int) string { return fmt.Sprintf("d/n01440764_%d.JPEG", i) })
+}
+
+// putNamed uploads n one-byte objects, object i under key(i), 16 at a
+// time, and returns their keys sorted.
+func putNamed(t *testing.T, base *s3.Store, n int, key func(i int) string) []string {
+	t.Helper()
 	var want []string
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i := range n {
-		key := fmt.Sprintf("d/n01440764_%d.JPEG", i)
-		want = append(want, key)
+		k := key(i)
+		want = append(want, k)
 		g.Go(func() error {
-			_, err := testenv.PutBytes(context.Background(), base, key, []byte("x"))
+			_, err := testenv.PutBytes(context.Background(), base, k, []byte("x"))
 			return err
 		})
 	}
