@@ -983,7 +983,7 @@ func (f *FS) dropEntries() {
 				f.dropMu.Unlock()
 				return
 			default:
-				f.log.Warn("dropping the kernel's entry of a changed name", "dir", dir, "name", name, "errno", errno.Error())
+				f.log.Warn("dropping the kernel's entry of a name", "dir", dir, "name", name, "idle", idle, "errno", errno.Error())
 			}
 		}
 	}

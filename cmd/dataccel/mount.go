@@ -368,9 +368,9 @@ func nofileWarning(limit uint64, maxInflight int) string {
 		limit, need, maxInflight)
 }
 
-// memRoom is the memory a mount leaves beside its RAM cache for pages it
-// pushes (metadata, the runtime, the disk cache's write queue, and
-// headroom).
+// memRoom is the memory the sweep's pushes leave free beside the RAM cache:
+// the mount's own besides it (metadata, the runtime, the disk cache's write
+// queue) and some headroom.
 const memRoom = 512 << 20
 
 // memBeside is the most a mount holds beside its RAM cache, whatever the
