@@ -481,6 +481,10 @@ func TestErrnos(t *testing.T) {
 	}
 }
 
+// mappedFile is the object TestSharedMappingWrite writes into through a
+// mapping.
+var mappedFile = bytes.Repeat([]byte("0123456789abcdef"), 1024)
+
 // TestSharedMappingWrite: once opens need no message, root can open a file
 // for writing and write to it through a shared mapping. The kernel refuses
 // nothing there: the bytes go into the page cache every reader of the file
@@ -488,10 +492,6 @@ func TestErrnos(t *testing.T) {
 // (at msync or fsync, at close, or within about 30 s). Refused then, the
 // pages must be dropped, so that readers get the object's bytes again and
 // not, for the mount's life, bytes nobody stored.
-// mappedFile is the object TestSharedMappingWrite writes into through a
-// mapping.
-var mappedFile = bytes.Repeat([]byte("0123456789abcdef"), 1024)
-
 func TestSharedMappingWrite(t *testing.T) {
 	st := srv.NewBucket(t)
 	orig := mappedFile

@@ -192,7 +192,7 @@ func (ns *namespace) servingOrHeld(dir string) (serve, held *listing) {
 	now := ns.now()
 	serves, revalidate := false, false
 	if l != nil {
-		serves = ns.fresh(l, now) || ns.relisting[dir]
+		serves = ns.answersLocked(dir, l, now)
 		if !serves && ns.ridesOut(dir, l, now) {
 			_, failed := ns.riding[dir]
 			serves, revalidate = true, !failed // expired in an outage its own LIST has not met yet
@@ -839,7 +839,13 @@ func (ns *namespace) answersNow(dir string) bool {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	l := ns.dirs[dir]
-	return l != nil && (ns.fresh(l, ns.now()) || ns.relisting[dir])
+	return l != nil && ns.answersLocked(dir, l, ns.now())
+}
+
+// answersLocked: dir's listing l is fresh, or being listed again (ns.mu
+// held).
+func (ns *namespace) answersLocked(dir string, l *listing, now time.Time) bool {
+	return ns.fresh(l, now) || ns.relisting[dir]
 }
 
 // held returns dir's listing, however old (prefetch hints tolerate a stale

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dataccel/dataccel/store"
 )
@@ -30,8 +31,9 @@ type reader struct {
 	issued int64 // guarded by mu: last block read-ahead has covered
 	run    int   // guarded by mu: reads in a row that followed the one before (see readAhead)
 	begun  bool  // guarded by mu: a read has come (see stream)
-	parts  bool  // guarded by mu: the reader's stream goes on by parts (see piece)
 	closed bool  // guarded by mu
+
+	parts atomic.Bool // the reader's stream goes on by parts (see piece): read on every read, without mu
 }
 
 func (r *reader) Close() error {
@@ -171,7 +173,7 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	// whole, they would be lost the same way, and another stream's with
 	// them.
 	random := acc == jumped || acc == nearby
-	lost := acc == streams && (lo > 0 || r.byParts() && !l.mem.room(bn+blockOverhead))
+	lost := acc == streams && (lo > 0 || r.parts.Load() && !l.mem.room(bn+blockOverhead))
 	if random || lost || !l.mem.room(bn+blockOverhead) {
 		fetch := partNever
 		switch {
@@ -186,14 +188,14 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 		}
 		if part {
 			if lost {
-				r.setByParts(true)
+				r.parts.Store(true)
 			}
 			l.handed.mark(l.key(r.obj, b), hi-lo)
 			return dst[:hi-lo], nil
 		}
 	}
-	if acc == streams {
-		r.setByParts(false)
+	if acc == streams && r.parts.Load() {
+		r.parts.Store(false)
 	}
 	h, err := l.startRead(r.obj, b)
 	if err != nil {
@@ -219,19 +221,6 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	l.release(h, mode)
 	l.handed.mark(l.key(r.obj, b), hi-lo) // the kernel keeps what a read returns
 	return data[lo:hi:hi], nil
-}
-
-// byParts says whether the reader's stream goes on by parts (piece).
-func (r *reader) byParts() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.parts
-}
-
-func (r *reader) setByParts(on bool) {
-	r.mu.Lock()
-	r.parts = on
-	r.mu.Unlock()
 }
 
 // How a read follows the reader's reads before it (readAhead).

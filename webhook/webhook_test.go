@@ -816,8 +816,6 @@ func TestPodIdentity(t *testing.T) {
 	}
 }
 
-// TestRegion: the region a pod annotates, else the webhook's, reaches the
-// sidecar as --region.
 // TestSweepAnnotation: "false" passes --sweep=false to the sidecar; "true"
 // or no annotation leaves the sidecar's default.
 func TestSweepAnnotation(t *testing.T) {
@@ -839,6 +837,8 @@ func TestSweepAnnotation(t *testing.T) {
 	}
 }
 
+// TestRegion: the region a pod annotates, else the webhook's, reaches the
+// sidecar as --region.
 func TestRegion(t *testing.T) {
 	tests := []struct {
 		name, cfgRegion, pod string
