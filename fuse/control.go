@@ -7,6 +7,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -329,6 +330,34 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 			}
 		}
 	}
+	var unlisted []string
+	for _, d := range byDir {
+		if d.l = f.ns.serving(d.key); d.l == nil {
+			unlisted = append(unlisted, d.key)
+		}
+	}
+	if len(unlisted) > 1 && !f.ns.failing() {
+		// Trees of directories not yet listed are listed whole, each with
+		// one recursive listing; a directory that none covers (a tree
+		// listing that failed or stopped, or one the list alone names)
+		// gets its own LIST below. Not while the store fails LISTs: each
+		// directory would wait for its LIST to fail twice.
+		asked := func(dir string) bool { return byDir[strings.TrimPrefix(dir, f.cfg.Prefix)] != nil }
+		g, gctx = errgroup.WithContext(ctx)
+		g.SetLimit(resolveLists)
+		for _, root := range treeRoots(f.cfg.Prefix, unlisted) {
+			g.Go(func() error {
+				if _, err := f.ns.listTree(gctx, root, asked); err != nil && gctx.Err() == nil {
+					f.log.Debug("announced order: directories listed one by one", "tree", root, "err", err)
+				}
+				return nil
+			})
+		}
+		g.Wait()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(resolveLists)
 	for _, d := range byDir {
@@ -393,6 +422,61 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	}
 	f.log.Info("announced order", "files", len(kept))
 	return kept, nil
+}
+
+// treeRoots picks, for directories to be listed (prefixes ending in "/",
+// under root), the directories to list as whole trees: the nearest common
+// ancestor, at or under root, of two or more of them (or of one and the
+// ancestor itself), climbing as long as such ancestors share one in turn.
+// A directory that shares none with another is left to its own LIST.
+func treeRoots(root string, dirs []string) []string {
+	nodes := make(map[string]bool, len(dirs)) // a node -> it is a tree (it took in others)
+	for _, d := range dirs {
+		nodes[d] = false
+	}
+	for {
+		under := map[string]int{} // parent -> nodes right under it
+		for n := range nodes {
+			if p, ok := parentDir(root, n); ok {
+				under[p]++
+			}
+		}
+		next := make(map[string]bool, len(nodes))
+		for p, k := range under {
+			if _, node := nodes[p]; k >= 2 || node {
+				next[p] = true // it takes in the nodes under it (each round has fewer nodes)
+			}
+		}
+		if len(next) == 0 {
+			break
+		}
+		for n, tree := range nodes {
+			if p, ok := parentDir(root, n); ok && next[p] {
+				continue // taken in
+			}
+			if !next[n] {
+				next[n] = tree
+			}
+		}
+		nodes = next
+	}
+	var trees []string
+	for n, tree := range nodes {
+		if tree {
+			trees = append(trees, n)
+		}
+	}
+	slices.Sort(trees)
+	return trees
+}
+
+// parentDir returns the directory that holds dir ("a/b/" -> "a/"), unless
+// dir is root: nothing above root is listed.
+func parentDir(root, dir string) (string, bool) {
+	if len(dir) <= len(root) {
+		return "", false
+	}
+	return dir[:strings.LastIndexByte(dir[:len(dir)-1], '/')+1], true
 }
 
 // resolvePartBytes is the least of a list that resolve gives a goroutine of

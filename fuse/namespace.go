@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -175,6 +176,13 @@ func (ns *namespace) ridesOut(dir string, l *listing, now time.Time) bool {
 	return failed || ns.outage
 }
 
+// failing says whether the last LIST that ended failed as in an outage.
+func (ns *namespace) failing() bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.outage
+}
+
 // serving returns dir's listing if it is fresh, or no longer while
 // relistDue lists it again (it started before the listing expired: the
 // listing serves for the ttl and the time its relisting takes) or while
@@ -295,33 +303,42 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 			ns.failed(dir, err)
 			return nil, err
 		}
-		old := ns.held(dir)
-		// Outside ns.mu: a million entries take a while. A relisting that
-		// finds nothing new leaves the generation (and so the saved
-		// manifest) as it was.
-		var changed []string
-		if old != nil {
-			changed = changedNames(old, l)
-		}
-		same := old != nil && len(changed) == 0
-		if old != nil {
-			l.lastUse.Store(old.lastUse.Load()) // the kernel's entries from old live on
-		}
-		ns.mu.Lock()
-		if !same || ns.dirs[dir] != old {
-			ns.gen++
-		}
-		ns.dirs[dir] = l
-		ended := ns.listed(dir)
-		ns.mu.Unlock()
-		if ended {
-			ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for")
-		}
-		if len(changed) > 0 && ns.changed != nil {
-			ns.changed(dir, changed)
-		}
+		ns.install(dir, l)
 		return l, nil
 	})
+}
+
+// install makes l (a new LIST's) dir's listing, unless the one held began
+// later (a tree listing and a directory's own LIST may overlap).
+func (ns *namespace) install(dir string, l *listing) {
+	old := ns.held(dir)
+	if old != nil && old.at.After(l.at) {
+		return
+	}
+	// Outside ns.mu: a million entries take a while. A relisting that
+	// finds nothing new leaves the generation (and so the saved
+	// manifest) as it was.
+	var changed []string
+	if old != nil {
+		changed = changedNames(old, l)
+	}
+	same := old != nil && len(changed) == 0
+	if old != nil {
+		l.lastUse.Store(old.lastUse.Load()) // the kernel's entries from old live on
+	}
+	ns.mu.Lock()
+	if !same || ns.dirs[dir] != old {
+		ns.gen++
+	}
+	ns.dirs[dir] = l
+	ended := ns.listed(dir)
+	ns.mu.Unlock()
+	if ended {
+		ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for")
+	}
+	if len(changed) > 0 && ns.changed != nil {
+		ns.changed(dir, changed)
+	}
 }
 
 // outageErr says whether a LIST's err is one of an outage: one that
@@ -637,6 +654,82 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 	l := ns.build(b, start)
 	l.took = ns.now().Sub(start)
 	return l, nil
+}
+
+// errSparseTree: a tree listing stopped, as most of what it listed lay in
+// directories nobody asked for.
+var errSparseTree = errors.New("tree listing: mostly directories not asked for")
+
+// sparseSlack is how many keys of directories not asked for a tree listing
+// takes before it weighs them against those asked for: a page.
+const sparseSlack = 1000
+
+// listTree lists everything under root (a directory prefix) with one
+// recursive listing, and installs a listing of every directory in it, as
+// its own delimiter LIST would have built it. It stops with errSparseTree,
+// installing nothing, once more than sparseSlack keys lie in directories
+// that asked does not name and they outnumber those in directories it does:
+// then the directories' own LISTs cost less. A recursive listing returns
+// up to a thousand keys a request where a LIST of one directory of a deep
+// tree returns a handful, and its pages are read in parallel key ranges:
+// for a tree of many small directories it costs a fraction of the
+// requests and round trips.
+func (ns *namespace) listTree(ctx context.Context, root string, asked func(dir string) bool) (dirs int, err error) {
+	builders := map[string]*dirBuilder{}
+	builder := func(dir string) *dirBuilder {
+		b := builders[dir]
+		if b == nil {
+			b = newDirBuilder()
+			builders[dir] = b
+		}
+		return b
+	}
+	wanted, unwanted := 0, 0
+	start := ns.now()
+	err = ns.st.List(ctx, root, true, func(o store.Object) error {
+		if o.IsPrefix || !strings.HasPrefix(o.Key, root) {
+			return nil
+		}
+		dir, rel := root, o.Key[len(root):]
+		for {
+			i := strings.IndexByte(rel, '/')
+			if i < 0 {
+				break
+			}
+			name := rel[:i]
+			if !ns.validName(dir+name+"/", name) {
+				return nil // as its directory's own LIST skips its prefix
+			}
+			builder(dir).dirs[name] = true
+			dir, rel = dir+name+"/", rel[i+1:]
+		}
+		if asked(dir) {
+			wanted++
+		} else if unwanted++; unwanted > sparseSlack && unwanted > wanted {
+			return errSparseTree
+		}
+		b := builder(dir)
+		if rel == "" {
+			if o.Size > 0 { // a marker is the directory; its bytes have no path
+				ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")
+			}
+			return nil // the directory's own marker object
+		}
+		if ns.validName(o.Key, rel) {
+			b.files[rel] = o
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list tree %q: %w", root, err)
+	}
+	took := ns.now().Sub(start)
+	for dir, b := range builders {
+		l := ns.build(b, start)
+		l.took = took
+		ns.install(dir, l)
+	}
+	return len(builders), nil
 }
 
 // dirBuilder collects one directory's children before they become a listing.

@@ -1,0 +1,230 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/internal/testenv"
+	"github.com/dataccel/dataccel/store"
+)
+
+// TestTreeRoots: directories to list are gathered under their nearest
+// common ancestors, as high as such ancestors keep sharing one, never
+// above the mount's root; a directory that shares none is left alone.
+func TestTreeRoots(t *testing.T) {
+	for _, tc := range []struct {
+		name, root string
+		dirs       []string
+		want       []string
+	}{
+		{"one directory", "ds/", []string{"ds/a/"}, nil},
+		{"siblings under the root", "ds/", []string{"ds/a/", "ds/b/"}, []string{"ds/"}},
+		{"two levels", "", []string{"t/c0/s0/", "t/c0/s1/", "t/c1/s0/", "t/c1/s1/"}, []string{"t/"}},
+		{"two trees apart", "", []string{"x/a/", "x/b/", "y/z/c/", "y/z/d/"}, []string{"x/", "y/z/"}},
+		{"trees that share the root", "", []string{"x/a/", "x/b/", "y/c/", "y/d/"}, []string{""}},
+		{"a directory and one further under it", "", []string{"a/", "a/b/c/"}, nil},
+		{"a directory and one right under it", "", []string{"a/", "a/b/"}, []string{"a/"}},
+		{"the root itself", "ds/", []string{"ds/", "ds/a/"}, []string{"ds/"}},
+		{"alone at each level", "", []string{"a/b/c/"}, nil},
+		{"a pair and a stray", "ds/", []string{"ds/x/a/", "ds/x/b/", "ds/y/q/r/"}, []string{"ds/x/"}},
+		{"pairs in one branch only", "ds/", []string{"ds/x/a/", "ds/x/b/"}, []string{"ds/x/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := treeRoots(tc.root, tc.dirs); !slices.Equal(got, tc.want) {
+				t.Errorf("treeRoots(%q, %q) = %q, want %q", tc.root, tc.dirs, got, tc.want)
+			}
+		})
+	}
+}
+
+// dump renders a listing as "name/" for directories and "name=key" for files.
+func dump(l *listing) string {
+	var b strings.Builder
+	for _, e := range l.entries {
+		if e.dir {
+			fmt.Fprintf(&b, "%s/ ", e.name)
+		} else {
+			fmt.Fprintf(&b, "%s=%s:%d ", e.name, e.obj.Key, e.obj.Size)
+		}
+	}
+	return b.String()
+}
+
+// TestListTreeAsDirectoriesList runs on every store: the listings a tree
+// listing installs are those each directory's own LIST builds, for every
+// directory in the tree (unsafe names, markers and names that are both a
+// file and a directory too, where the store can hold them).
+func TestListTreeAsDirectoriesList(t *testing.T) {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tame := []string{"ds/a/1", "ds/a/2", "ds/a/b/3", "ds/a/b/c/4", "ds/d/5", "ds/top", "ds/e/", "ds/e/f/6", "other/7"}
+	odd := append(slices.Clone(tame), "ds/a/../x", "ds/a//y", "ds/g/..", "ds/clash", "ds/clash/8", "ds/h/", "ds/bad\x00dir/9")
+	for _, tc := range []struct {
+		name string
+		st   func(t *testing.T) store.Store
+	}{
+		{"memory", func(t *testing.T) store.Store {
+			objs := map[string][]byte{}
+			for _, k := range odd {
+				objs[k] = nil // a directory's marker holds nothing
+				if !strings.HasSuffix(k, "/") {
+					objs[k] = []byte(k)
+				}
+			}
+			objs["ds/h/"] = []byte("a marker with content")
+			return memStore{objs: objs}
+		}},
+		{"S3", func(t *testing.T) store.Store {
+			st := srv.NewBucket(t)
+			for _, k := range tame {
+				var data []byte // a directory's marker holds nothing
+				if !strings.HasSuffix(k, "/") {
+					data = []byte(k)
+				}
+				testenv.Put(t, st, k, data)
+			}
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st(t)
+			tree := newNamespace(context.Background(), st, time.Hour, discard)
+			n, err := tree.listTree(context.Background(), "ds/", func(string) bool { return true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := newNamespace(context.Background(), st, time.Hour, discard)
+			// Every directory reachable from ds/ by its own listings.
+			dirs := []string{"ds/"}
+			for i := 0; i < len(dirs); i++ {
+				dir := dirs[i]
+				want, err := own.list(context.Background(), dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := tree.held(dir)
+				if got == nil {
+					t.Errorf("%s: not installed by the tree listing", dir)
+					continue
+				}
+				if dump(got) != dump(want) {
+					t.Errorf("%s: tree listing\n  %s\nits own LIST\n  %s", dir, dump(got), dump(want))
+				}
+				for _, i := range want.dirs {
+					dirs = append(dirs, dir+want.entries[i].name+"/")
+				}
+			}
+			if n != len(dirs) {
+				t.Errorf("the tree listing installed %d directories, its own LISTs reach %d: %q", n, len(dirs), dirs)
+			}
+			if tree.held("other/") != nil || tree.held("") != nil {
+				t.Error("the tree listing installed a directory outside its root")
+			}
+		})
+	}
+}
+
+// TestListTreeStopsWhenSparse: a tree whose keys lie mostly in directories
+// nobody asked for is not listed whole: the listing stops after about a
+// page past what was asked for and installs nothing, and an announced
+// list over it lists its own directories instead.
+func TestListTreeStopsWhenSparse(t *testing.T) {
+	objs := map[string][]byte{"ds/want/1": nil, "ds/want/2": nil, "ds/also/3": nil}
+	for i := range 3 * sparseSlack {
+		objs[fmt.Sprintf("ds/other%d/%05d", i%3, i)] = nil
+	}
+	st := store.NewCounting(memStore{objs: objs})
+	var seen int
+	counted := countingFn{Store: st, seen: &seen}
+	ns := newNamespace(context.Background(), counted, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err := ns.listTree(context.Background(), "ds/", func(dir string) bool { return dir == "ds/want/" })
+	if !errors.Is(err, errSparseTree) {
+		t.Fatalf("listTree of a sparse tree: %v, want errSparseTree", err)
+	}
+	if seen > sparseSlack+3 {
+		t.Errorf("the listing went on for %d keys, want it stopped after %d", seen, sparseSlack+1)
+	}
+	if ns.held("ds/") != nil || ns.held("ds/want/") != nil {
+		t.Error("a stopped tree listing installed listings")
+	}
+
+	fsys := newFS(Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	lists := st.C.Lists.Load()
+	order, err := fsys.resolve(context.Background(), []byte("want/2\nalso/3\nwant/1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(order); got != "ds/want/2 ds/also/3 ds/want/1" {
+		t.Errorf("resolved %s", got)
+	}
+	if n := st.C.Lists.Load() - lists; n != 3 {
+		t.Errorf("%d listings, want 3: the tree's, stopped, and each directory's", n)
+	}
+}
+
+// countingFn counts the entries a listing hands to its caller.
+type countingFn struct {
+	store.Store
+	seen *int
+}
+
+func (c countingFn) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	return c.Store.List(ctx, prefix, recursive, func(o store.Object) error {
+		*c.seen++
+		return fn(o)
+	})
+}
+
+// TestAnnounceListsTrees: an announced list over a tree of directories
+// that nobody listed yet lists the tree with one recursive LIST, not one a
+// directory, and resolves as before; a list that names a few directories
+// of a larger tree lists those alone.
+func TestAnnounceListsTrees(t *testing.T) {
+	st := srv.NewBucket(t)
+	var list strings.Builder
+	var want []string
+	for c := range 4 {
+		for s := range 3 {
+			for i := range 2 {
+				key := fmt.Sprintf("ds/c%d/s%d/f%d", c, s, i)
+				testenv.Put(t, st, key, []byte(key))
+				fmt.Fprintf(&list, "c%d/s%d/f%d\n", (c+s)%4, s, i)
+				want = append(want, fmt.Sprintf("ds/c%d/s%d/f%d", (c+s)%4, s, i))
+			}
+		}
+	}
+	counting := store.NewCounting(st)
+	fsys := newFS(Config{Store: counting, Prefix: "ds/", MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	order, err := fsys.resolve(context.Background(), []byte(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(order))
+	for i, o := range order {
+		got[i] = o.Key
+		if o.Size != int64(len(o.Key)) || o.ETag == "" {
+			t.Errorf("%s: resolved without its metadata: %+v", o.Key, o)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("resolved %q, want %q", got, want)
+	}
+	if n := counting.C.Lists.Load(); n != 1 {
+		t.Errorf("%d listings for 12 directories in one tree, want 1", n)
+	}
+	// Listed now: the files' lookups need no LIST.
+	if _, err := fsys.resolve(context.Background(), []byte("c3/s2/f1\nc0/s0/f0\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n := counting.C.Lists.Load(); n != 1 {
+		t.Errorf("%d listings after a second list of listed directories, want still 1", n)
+	}
+}
