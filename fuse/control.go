@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"path"
 	"runtime"
 	"slices"
@@ -303,6 +304,10 @@ func (f *FS) resolve(ctx context.Context, data []byte) ([]store.Object, error) {
 // (bench/RESULTS.md, session 25).
 const resolveLists = 32
 
+// resolveTrees is how many tree listings resolve runs at a time: each
+// lists its pages several key ranges at once.
+const resolveTrees = 4
+
 // resolveIn is resolve with the list cut into n parts.
 func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object, error) {
 	parts := cutLines(data, n)
@@ -330,45 +335,71 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 			}
 		}
 	}
-	var unlisted []string
+	unlisted := map[string]*dirListing{} // by key
 	for _, d := range byDir {
 		if d.l = f.ns.serving(d.key); d.l == nil {
-			unlisted = append(unlisted, d.key)
+			unlisted[d.key] = d
 		}
 	}
+	// Trees of directories not yet listed are listed whole, each with one
+	// recursive listing; a directory that none covers, or that its tree's
+	// listing did not install (it failed, or stopped), gets its own LIST.
+	// Not while the store fails LISTs: each directory would wait for its
+	// LIST to fail twice.
+	var trees []string
 	if len(unlisted) > 1 && !f.ns.failing() {
-		// Trees of directories not yet listed are listed whole, each with
-		// one recursive listing; a directory that none covers (a tree
-		// listing that failed or stopped, or one the list alone names)
-		// gets its own LIST below. Not while the store fails LISTs: each
-		// directory would wait for its LIST to fail twice.
-		asked := func(dir string) bool { return byDir[strings.TrimPrefix(dir, f.cfg.Prefix)] != nil }
-		g, gctx = errgroup.WithContext(ctx)
-		g.SetLimit(resolveLists)
-		for _, root := range treeRoots(f.cfg.Prefix, unlisted) {
-			g.Go(func() error {
-				if _, err := f.ns.listTree(gctx, root, asked); err != nil && gctx.Err() == nil {
-					f.log.Debug("announced order: directories listed one by one", "tree", root, "err", err)
-				}
-				return nil
-			})
-		}
-		g.Wait()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+		trees = treeRoots(f.cfg.Prefix, slices.Collect(maps.Keys(unlisted)))
+	}
+	covered := func(key string) bool {
+		return slices.ContainsFunc(trees, func(root string) bool { return strings.HasPrefix(key, root) })
 	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(resolveLists)
-	for _, d := range byDir {
-		if d.l = f.ns.serving(d.key); d.l != nil {
-			continue
-		}
+	listDir := func(d *dirListing) {
 		g.Go(func() error {
 			l, err := f.ns.list(gctx, d.key)
 			d.l = l // each goroutine writes its own directory
 			return err
 		})
+	}
+	for _, d := range unlisted {
+		if !covered(d.key) {
+			listDir(d)
+		}
+	}
+	asked := func(dir string) bool { return unlisted[dir] != nil }
+	var tg errgroup.Group
+	tg.SetLimit(resolveTrees)
+	for _, root := range trees {
+		tg.Go(func() error {
+			_, err := f.ns.listTree(gctx, root, asked)
+			outage := err != nil && !errors.Is(err, errSparseTree) && f.ns.outageErr(err)
+			if err != nil && gctx.Err() == nil {
+				if outage {
+					// Listings held then serve (they ride it out); a
+					// directory with none would only fail again.
+					f.ns.failed(root, err)
+				}
+				f.log.Debug("announced order: directories listed one by one", "tree", root, "err", err)
+			}
+			for key, d := range unlisted {
+				if !strings.HasPrefix(key, root) {
+					continue
+				}
+				if d.l = f.ns.serving(key); d.l != nil {
+					continue
+				}
+				if outage {
+					return err
+				}
+				listDir(d)
+			}
+			return nil
+		})
+	}
+	if err := tg.Wait(); err != nil {
+		g.Wait()
+		return nil, err
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -466,8 +497,17 @@ func treeRoots(root string, dirs []string) []string {
 			trees = append(trees, n)
 		}
 	}
+	// A tree that climbed no further stays one when another climbed past
+	// it: drop those under another tree (sorted, a tree comes right
+	// before those under it).
 	slices.Sort(trees)
-	return trees
+	out := trees[:0]
+	for _, t := range trees {
+		if len(out) == 0 || !strings.HasPrefix(t, out[len(out)-1]) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // parentDir returns the directory that holds dir ("a/b/" -> "a/"), unless

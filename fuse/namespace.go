@@ -309,35 +309,42 @@ func (ns *namespace) fetchShared(dir string, held *listing, notBefore time.Time)
 }
 
 // install makes l (a new LIST's) dir's listing, unless the one held began
-// later (a tree listing and a directory's own LIST may overlap).
+// later: a tree listing and a directory's own LIST may overlap, and the one
+// that began first may end last.
 func (ns *namespace) install(dir string, l *listing) {
 	old := ns.held(dir)
-	if old != nil && old.at.After(l.at) {
+	for {
+		if old != nil && old.at.After(l.at) {
+			return
+		}
+		// Outside ns.mu: a million entries take a while. A relisting that
+		// finds nothing new leaves the generation (and so the saved
+		// manifest) as it was.
+		var changed []string
+		if old != nil {
+			changed = changedNames(old, l)
+			l.lastUse.Store(old.lastUse.Load()) // the kernel's entries from old live on
+		}
+		ns.mu.Lock()
+		if now := ns.dirs[dir]; now != old {
+			// Another install came first: weigh l against it instead.
+			old = now
+			ns.mu.Unlock()
+			continue
+		}
+		if old == nil || len(changed) > 0 {
+			ns.gen++
+		}
+		ns.dirs[dir] = l
+		ended := ns.listed(dir)
+		ns.mu.Unlock()
+		if ended {
+			ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for")
+		}
+		if len(changed) > 0 && ns.changed != nil {
+			ns.changed(dir, changed)
+		}
 		return
-	}
-	// Outside ns.mu: a million entries take a while. A relisting that
-	// finds nothing new leaves the generation (and so the saved
-	// manifest) as it was.
-	var changed []string
-	if old != nil {
-		changed = changedNames(old, l)
-	}
-	same := old != nil && len(changed) == 0
-	if old != nil {
-		l.lastUse.Store(old.lastUse.Load()) // the kernel's entries from old live on
-	}
-	ns.mu.Lock()
-	if !same || ns.dirs[dir] != old {
-		ns.gen++
-	}
-	ns.dirs[dir] = l
-	ended := ns.listed(dir)
-	ns.mu.Unlock()
-	if ended {
-		ns.log.Info("the store answers LISTs again: listings still riding out the outage are listed again as they are asked for")
-	}
-	if len(changed) > 0 && ns.changed != nil {
-		ns.changed(dir, changed)
 	}
 }
 
@@ -691,6 +698,7 @@ func (ns *namespace) listTree(ctx context.Context, root string, asked func(dir s
 			return nil
 		}
 		dir, rel := root, o.Key[len(root):]
+		b := builder(dir) // a directory whose keys all lie under skipped names lists empty, as its own LIST would
 		for {
 			i := strings.IndexByte(rel, '/')
 			if i < 0 {
@@ -698,17 +706,23 @@ func (ns *namespace) listTree(ctx context.Context, root string, asked func(dir s
 			}
 			name := rel[:i]
 			if !ns.validName(dir+name+"/", name) {
-				return nil // as its directory's own LIST skips its prefix
+				// Skipped, as its directory's own LIST skips its prefix;
+				// still weighed, or a tree of such keys would be listed
+				// to its end.
+				if unwanted++; unwanted > sparseSlack && unwanted > wanted {
+					return errSparseTree
+				}
+				return nil
 			}
-			builder(dir).dirs[name] = true
+			b.dirs[name] = true
 			dir, rel = dir+name+"/", rel[i+1:]
+			b = builder(dir)
 		}
 		if asked(dir) {
 			wanted++
 		} else if unwanted++; unwanted > sparseSlack && unwanted > wanted {
 			return errSparseTree
 		}
-		b := builder(dir)
 		if rel == "" {
 			if o.Size > 0 { // a marker is the directory; its bytes have no path
 				ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,12 +37,45 @@ func TestTreeRoots(t *testing.T) {
 		{"alone at each level", "", []string{"a/b/c/"}, nil},
 		{"a pair and a stray", "ds/", []string{"ds/x/a/", "ds/x/b/", "ds/y/q/r/"}, []string{"ds/x/"}},
 		{"pairs in one branch only", "ds/", []string{"ds/x/a/", "ds/x/b/"}, []string{"ds/x/"}},
+		{"a tree under one that climbed higher", "", []string{"a/x/", "a/y/", "a/b/c/d/", "a/b/c/e/"}, []string{"a/"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := treeRoots(tc.root, tc.dirs); !slices.Equal(got, tc.want) {
 				t.Errorf("treeRoots(%q, %q) = %q, want %q", tc.root, tc.dirs, got, tc.want)
 			}
 		})
+	}
+	// Random trees: no tree lies under another (it would be listed twice),
+	// and every tree holds two of the directories or more.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var dirs []string
+		for range 1 + rng.IntN(8) {
+			d := ""
+			for range rng.IntN(5) {
+				d += string(rune('a'+rng.IntN(3))) + "/"
+			}
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+		trees := treeRoots("", dirs)
+		for _, r := range trees {
+			in := 0
+			for _, d := range dirs {
+				if strings.HasPrefix(d, r) {
+					in++
+				}
+			}
+			if in < 2 {
+				t.Fatalf("treeRoots(%q) = %q: %q holds %d of them", dirs, trees, r, in)
+			}
+			for _, s := range trees {
+				if r != s && strings.HasPrefix(s, r) {
+					t.Fatalf("treeRoots(%q) = %q: %q lies under %q", dirs, trees, s, r)
+				}
+			}
+		}
 	}
 }
 
@@ -64,7 +99,8 @@ func dump(l *listing) string {
 func TestListTreeAsDirectoriesList(t *testing.T) {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	tame := []string{"ds/a/1", "ds/a/2", "ds/a/b/3", "ds/a/b/c/4", "ds/d/5", "ds/top", "ds/e/", "ds/e/f/6", "other/7"}
-	odd := append(slices.Clone(tame), "ds/a/../x", "ds/a//y", "ds/g/..", "ds/clash", "ds/clash/8", "ds/h/", "ds/bad\x00dir/9")
+	odd := append(slices.Clone(tame), "ds/a/../x", "ds/a//y", "ds/g/..", "ds/clash", "ds/clash/8", "ds/h/", "ds/bad\x00dir/9",
+		"ds/k//z", "ds/m/../z") // k and m: directories whose keys all lie under skipped names
 	for _, tc := range []struct {
 		name string
 		st   func(t *testing.T) store.Store
@@ -140,21 +176,22 @@ func TestListTreeStopsWhenSparse(t *testing.T) {
 		objs[fmt.Sprintf("ds/other%d/%05d", i%3, i)] = nil
 	}
 	st := store.NewCounting(memStore{objs: objs})
-	var seen int
+	var seen atomic.Int64
 	counted := countingFn{Store: st, seen: &seen}
 	ns := newNamespace(context.Background(), counted, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	_, err := ns.listTree(context.Background(), "ds/", func(dir string) bool { return dir == "ds/want/" })
 	if !errors.Is(err, errSparseTree) {
 		t.Fatalf("listTree of a sparse tree: %v, want errSparseTree", err)
 	}
-	if seen > sparseSlack+3 {
-		t.Errorf("the listing went on for %d keys, want it stopped after %d", seen, sparseSlack+1)
+	if seen.Load() > sparseSlack+3 {
+		t.Errorf("the listing went on for %d keys, want it stopped after %d", seen.Load(), sparseSlack+1)
 	}
 	if ns.held("ds/") != nil || ns.held("ds/want/") != nil {
 		t.Error("a stopped tree listing installed listings")
 	}
 
-	fsys := newFS(Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	fsys := newFS(Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, OutageGrace: 15 * time.Minute, // the mount's default
+		Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(fsys.stop)
 	lists := st.C.Lists.Load()
 	order, err := fsys.resolve(context.Background(), []byte("want/2\nalso/3\nwant/1\n"))
@@ -169,23 +206,122 @@ func TestListTreeStopsWhenSparse(t *testing.T) {
 	}
 }
 
+// TestListTreeWeighsWhatItSkips: keys under names the mount skips (here an
+// empty path segment, as a careless join of a prefix and a name makes)
+// weigh against the tree like any other key not asked for, or a tree of
+// them would be listed to its end.
+func TestListTreeWeighsWhatItSkips(t *testing.T) {
+	objs := map[string][]byte{"ds/want/1": nil, "ds/want/2": nil}
+	for i := range 20 * sparseSlack {
+		objs[fmt.Sprintf("ds//junk/%06d", i)] = nil
+	}
+	var seen atomic.Int64
+	ns := newNamespace(context.Background(), countingFn{Store: memStore{objs: objs}, seen: &seen}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err := ns.listTree(context.Background(), "ds/", func(dir string) bool { return dir == "ds/want/" })
+	if !errors.Is(err, errSparseTree) || seen.Load() > sparseSlack+3 {
+		t.Errorf("listTree: err %v after %d keys, want errSparseTree after about %d", err, seen.Load(), sparseSlack)
+	}
+}
+
+// TestResolveWeighsListedDirectories: a directory that the list names but
+// that is listed already counts as not asked for in a tree listing, or its
+// keys would let the tree list it again and as many keys elsewhere.
+func TestResolveWeighsListedDirectories(t *testing.T) {
+	objs := map[string][]byte{"ds/a/1": nil, "ds/b/1": nil}
+	for i := range 20 * sparseSlack {
+		objs[fmt.Sprintf("ds/big/%06d", i)] = nil
+	}
+	var seen atomic.Int64
+	fsys := newFS(Config{Store: countingFn{Store: memStore{objs: objs}, seen: &seen}, Prefix: "ds/", MetadataTTL: time.Hour,
+		Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	if _, err := fsys.ns.list(context.Background(), "ds/big/"); err != nil {
+		t.Fatal(err)
+	}
+	seen.Store(0)
+	order, err := fsys.resolve(context.Background(), []byte("big/000001\na/1\nb/1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(order); got != "ds/big/000001 ds/a/1 ds/b/1" {
+		t.Errorf("resolved %s", got)
+	}
+	if seen.Load() > sparseSlack+5 {
+		t.Errorf("resolving two unlisted directories of one file read %d keys, want at most about %d", seen.Load(), sparseSlack)
+	}
+}
+
+// TestInstallKeepsTheNewer: a listing whose LIST began earlier never
+// replaces one that began later, even when both are installed at once and
+// the older one is still being compared with what was held (a tree
+// listing and a directory's own LIST overlap).
+func TestInstallKeepsTheNewer(t *testing.T) {
+	const dir = "ds/"
+	b := newDirBuilder()
+	for i := range 300000 {
+		b.files[fmt.Sprintf("f%07d", i)] = store.Object{Key: fmt.Sprintf("ds/f%07d", i)}
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	t0 := time.Now()
+	older := newNamespace(context.Background(), nil, time.Hour, discard).build(b, t0.Add(time.Second))
+	for range 5 {
+		ns := newNamespace(context.Background(), nil, time.Hour, discard)
+		ns.install(dir, &listing{at: t0}) // small, held
+		newer := &listing{at: t0.Add(2 * time.Second)}
+		done := make(chan struct{})
+		go func() { ns.install(dir, older); close(done) }() // compares 300,000 names with the held listing
+		time.Sleep(2 * time.Millisecond)
+		ns.install(dir, newer)
+		<-done
+		if ns.held(dir) != newer {
+			t.Fatal("the listing begun earlier replaced the one begun later")
+		}
+	}
+}
+
+// TestResolveInAnOutage: when a tree's listing fails as the store fails
+// in an outage, the directories under it with no listing to ride it out
+// fail the list at once, without a LIST each that would fail again.
+func TestResolveInAnOutage(t *testing.T) {
+	objs := map[string][]byte{"ds/a/1": nil, "ds/b/1": nil, "ds/c/1": nil}
+	st := &prefixFailLister{memStore: memStore{objs: objs}, failing: "ds/"}
+	st.fail.Store(true)
+	fsys := newFS(Config{Store: st, Prefix: "ds/", MetadataTTL: time.Hour, OutageGrace: 15 * time.Minute,
+		Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	if _, err := fsys.resolve(context.Background(), []byte("a/1\nb/1\nc/1\n")); err == nil {
+		t.Fatal("resolved a list while the store fails LISTs")
+	}
+	lists := 0
+	st.lists.Range(func(prefix, n any) bool {
+		lists += int(n.(*atomic.Int64).Load())
+		return true
+	})
+	if lists != 1 {
+		t.Errorf("%d LISTs, want 1: the tree's", lists)
+	}
+	if !fsys.ns.failing() {
+		t.Error("the failed tree listing did not mark the outage")
+	}
+}
+
 // countingFn counts the entries a listing hands to its caller.
 type countingFn struct {
 	store.Store
-	seen *int
+	seen *atomic.Int64
 }
 
 func (c countingFn) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
 	return c.Store.List(ctx, prefix, recursive, func(o store.Object) error {
-		*c.seen++
+		c.seen.Add(1)
 		return fn(o)
 	})
 }
 
 // TestAnnounceListsTrees: an announced list over a tree of directories
 // that nobody listed yet lists the tree with one recursive LIST, not one a
-// directory, and resolves as before; a list that names a few directories
-// of a larger tree lists those alone.
+// directory, and resolves as before (TestListTreeStopsWhenSparse has a
+// list that names a few directories of a larger tree).
 func TestAnnounceListsTrees(t *testing.T) {
 	st := srv.NewBucket(t)
 	var list strings.Builder
