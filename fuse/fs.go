@@ -30,6 +30,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 
 	"github.com/dataccel/dataccel/store"
@@ -123,6 +124,13 @@ type FS struct {
 	// it serves; nil for an FS that is not mounted).
 	mountpoint []byte
 
+	// dirReads shares one read of a directory through the mount among the
+	// pushes that want it (readThroughMount); dirReadAt: when each was
+	// last read that way, at most maxDirReads (guarded by dirReadMu).
+	dirReads  singleflight.Group
+	dirReadMu sync.Mutex
+	dirReadAt map[string]time.Time
+
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
 	// staleSince: when a read first found each version (by its inode
@@ -213,8 +221,70 @@ func (f *FS) lookUpThroughMount(key string) bool {
 		}
 		i += j + 1
 	}
+	dir := rel[:strings.LastIndexByte(rel, '/')+1]
+	if f.readThroughMount(dir) && f.lookedUp(key) != nil {
+		return true
+	}
 	var st unix.Stat_t
 	return unix.Fstatat(unix.AT_FDCWD, string(f.mountpoint)+rel, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// maxDirRead: a directory of more entries is not read through the mount
+// for a push: the kernel would hold an inode for each (its files' own
+// LOOKUPs then). maxDirReads bounds the directories remembered as read.
+const (
+	maxDirRead  = 4096
+	maxDirReads = 1 << 14
+)
+
+// readThroughMount has the kernel look up every file of dir (mount-
+// relative, listed and fresh) at once, by a read of the directory through
+// the mount: READDIRPLUS answers a page of entries, attributes included,
+// a request, where a LOOKUP a file costs a request each, several times the
+// CPU of the mount and of the kernel for a directory of small files read
+// from a list. Once per directory in a metadata TTL: the kernel may forget
+// inodes, and a directory read again for each of them would cost its size
+// a file. Reports whether it read dir.
+func (f *FS) readThroughMount(dir string) bool {
+	key := f.cfg.Prefix + dir
+	if l := f.ns.held(key); l == nil || len(l.entries) > maxDirRead {
+		return false
+	}
+	now := f.ns.now()
+	f.dirReadMu.Lock()
+	at, read := f.dirReadAt[dir]
+	if read && now.Sub(at) < f.ns.ttl {
+		f.dirReadMu.Unlock()
+		return false
+	}
+	f.dirReadMu.Unlock()
+	ok, _, _ := f.dirReads.Do(dir, func() (any, error) {
+		err := readDir(string(f.mountpoint) + dir)
+		f.dirReadMu.Lock()
+		if len(f.dirReadAt) >= maxDirReads {
+			clear(f.dirReadAt) // a hint: at worst a directory is read once more
+		}
+		f.dirReadAt[dir] = now
+		f.dirReadMu.Unlock()
+		return err == nil, nil
+	})
+	return ok.(bool)
+}
+
+// readDir reads every entry of the directory at p (and drops them).
+func readDir(p string) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			return err
+		}
+	}
 }
 
 // ErrPassthrough: the kernel reads the file from its local copy, not from
@@ -258,7 +328,7 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	ns.grace = cfg.OutageGrace
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
-		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, healing: map[string]map[*fileNode]bool{},
+		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, dirReadAt: map[string]time.Time{}, healing: map[string]map[*fileNode]bool{},
 		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[string]storeAnswer{}, reported: map[uint64]bool{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
 		dropping: map[string]map[string]bool{}, forgetting: map[string]bool{}}
 	ns.changed = f.entriesChanged

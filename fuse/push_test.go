@@ -3,6 +3,7 @@ package fuse
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -128,5 +129,59 @@ func TestStoreLooksUpListedFiles(t *testing.T) {
 	}
 	if err := m.FS.Store(obj("d/nope.bin"), 0, pushed); !errors.Is(err, ErrNoInode) {
 		t.Fatalf("store into a name the listing lacks: %v, want ErrNoInode", err)
+	}
+}
+
+// TestStoreReadsSmallDirectories: a push into a file the kernel does not
+// know has it look up every file of the file's directory at once (a read
+// of the directory through the mount: READDIRPLUS), where the directory is
+// small enough; the next pushes into its files find them looked up. A
+// directory of more than maxDirRead entries is not read: only the file
+// pushed is looked up.
+func TestStoreReadsSmallDirectories(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	objs := map[string][]byte{}
+	for i := range 40 {
+		objs[fmt.Sprintf("small/f%02d.bin", i)] = randBytes(r, 1000+i)
+	}
+	objs["small/sub/g.bin"] = randBytes(r, 10)
+	for i := range maxDirRead + 1 {
+		objs[fmt.Sprintf("large/f%05d", i)] = nil
+	}
+	m, opens, obj := pushMount(t, objs)
+	for _, dir := range []string{"small/", "large/"} {
+		if _, err := m.FS.ns.list(t.Context(), dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.FS.ns.list(t.Context(), ""); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := m.FS.Store(obj("small/f07.bin"), 0, objs["small/f07.bin"]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if key := fmt.Sprintf("small/f%02d.bin", i); m.FS.lookedUp(key) == nil {
+			t.Fatalf("%s: no inode after a push into a file of its directory", key)
+		}
+	}
+	if m.FS.inodeAt("small/sub/") == nil {
+		t.Error("small/sub/: no inode after its directory was read")
+	}
+	pushed := randBytes(r, len(objs["small/f23.bin"]))
+	if err := m.FS.Store(obj("small/f23.bin"), 0, pushed); err != nil {
+		t.Fatal(err)
+	}
+	readsPushed(t, filepath.Join(m.Dir, "small", "f23.bin"), pushed, opens)
+
+	if err := m.FS.Store(obj("large/f00001"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m.FS.lookedUp("large/f00001") == nil {
+		t.Fatal("large/f00001: no inode after a push into it")
+	}
+	if m.FS.lookedUp("large/f00002") != nil {
+		t.Errorf("large/f00002 has an inode: a directory of %d files was read for a push", maxDirRead+1)
 	}
 }
