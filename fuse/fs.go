@@ -125,11 +125,15 @@ type FS struct {
 	mountpoint []byte
 
 	// dirReads shares one read of a directory through the mount among the
-	// pushes that want it (readThroughMount); dirReadAt: when each was
-	// last read that way, at most maxDirReads (guarded by dirReadMu).
+	// pushes that want it (readThroughMount). dirPushes: for each
+	// directory pushes found files unknown to the kernel in, how many and
+	// when it was last read through the mount, at most maxDirReads.
+	// selfReads: the directories being read so now (by key), whose
+	// readdirs are no walker's. Both guarded by dirReadMu.
 	dirReads  singleflight.Group
 	dirReadMu sync.Mutex
-	dirReadAt map[string]time.Time
+	dirPushes map[string]*dirPushes
+	selfReads map[string]int
 
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do
@@ -231,58 +235,101 @@ func (f *FS) lookUpThroughMount(key string) bool {
 
 // maxDirRead: a directory of more entries is not read through the mount
 // for a push: the kernel would hold an inode for each (its files' own
-// LOOKUPs then). maxDirReads bounds the directories remembered as read.
+// LOOKUPs then). maxDirReads bounds the directories tracked.
 const (
 	maxDirRead  = 4096
 	maxDirReads = 1 << 14
 )
+
+// dirPushes is what pushes found in one directory (FS.dirPushes).
+type dirPushes struct {
+	unknown int       // pushes that found their file unknown to the kernel since the last read
+	read    time.Time // when the directory was last read through the mount (zero: never)
+}
 
 // readThroughMount has the kernel look up every file of dir (mount-
 // relative, listed and fresh) at once, by a read of the directory through
 // the mount: READDIRPLUS answers a page of entries, attributes included,
 // a request, where a LOOKUP a file costs a request each, several times the
 // CPU of the mount and of the kernel for a directory of small files read
-// from a list. Once per directory in a metadata TTL: the kernel may forget
-// inodes, and a directory read again for each of them would cost its size
-// a file. Reports whether it read dir.
+// from a list. Only once pushes have found a thirty-second of its files
+// unknown to the kernel (two at least): a job that reads a few files of
+// each directory does not pay for inodes of all the others. At most once
+// a metadata TTL (the kernel may forget inodes, and a directory read again
+// for each would cost its size a file), and only while the listing serves
+// for long enough that no entry's lookup waits on the store. Reports
+// whether it read dir.
 func (f *FS) readThroughMount(dir string) bool {
 	key := f.cfg.Prefix + dir
-	if l := f.ns.held(key); l == nil || len(l.entries) > maxDirRead {
+	l := f.ns.held(key)
+	if l == nil || len(l.entries) > maxDirRead || !f.ns.servesFor(key, max(f.ns.ttl/8, time.Second)) {
 		return false
 	}
 	now := f.ns.now()
 	f.dirReadMu.Lock()
-	at, read := f.dirReadAt[dir]
-	if read && now.Sub(at) < f.ns.ttl {
+	p := f.dirPushes[dir]
+	if p == nil {
+		if len(f.dirPushes) >= maxDirReads {
+			clear(f.dirPushes) // a hint: at worst a directory's files are looked up one by one
+		}
+		p = &dirPushes{}
+		f.dirPushes[dir] = p
+	}
+	if !p.read.IsZero() && now.Sub(p.read) < f.ns.ttl {
 		f.dirReadMu.Unlock()
 		return false
 	}
+	p.unknown++
+	due := p.unknown >= max(2, len(l.entries)/32)
 	f.dirReadMu.Unlock()
+	if !due {
+		return false
+	}
 	ok, _, _ := f.dirReads.Do(dir, func() (any, error) {
+		f.dirReadMu.Lock()
+		f.selfReads[key]++
+		f.dirReadMu.Unlock()
 		err := readDir(string(f.mountpoint) + dir)
 		f.dirReadMu.Lock()
-		if len(f.dirReadAt) >= maxDirReads {
-			clear(f.dirReadAt) // a hint: at worst a directory is read once more
+		if f.selfReads[key]--; f.selfReads[key] == 0 {
+			delete(f.selfReads, key)
 		}
-		f.dirReadAt[dir] = now
+		if p := f.dirPushes[dir]; p != nil && err == nil {
+			p.unknown, p.read = 0, now
+		}
 		f.dirReadMu.Unlock()
+		if err != nil {
+			f.log.Debug("push: reading a directory through the mount failed; its files are looked up one by one", "dir", key, "err", err)
+		}
 		return err == nil, nil
 	})
 	return ok.(bool)
 }
 
-// readDir reads every entry of the directory at p (and drops them).
+// selfRead says whether dir (a key) is being read by readThroughMount.
+func (f *FS) selfRead(dir string) bool {
+	f.dirReadMu.Lock()
+	defer f.dirReadMu.Unlock()
+	return f.selfReads[dir] > 0
+}
+
+// readDir reads every entry of the directory at p and drops them: what
+// is wanted is the kernel's lookups on the way. Raw getdents, not
+// os.ReadDir: no entry is decoded or kept.
 func readDir(p string) error {
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("read directory %s: %w", p, err)
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := unix.Getdents(fd, buf)
-		if err != nil || n <= 0 {
-			return err
+		if err != nil {
+			return fmt.Errorf("read directory %s: %w", p, err)
+		}
+		if n <= 0 {
+			return nil
 		}
 	}
 }
@@ -328,7 +375,7 @@ func newFS(cfg Config) *FS {
 	ns := newNamespace(ctx, cfg.Store, cfg.MetadataTTL, cfg.Logger)
 	ns.grace = cfg.OutageGrace
 	f := &FS{cfg: cfg, ns: ns, log: cfg.Logger, mounted: time.Now(),
-		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, dirReadAt: map[string]time.Time{}, healing: map[string]map[*fileNode]bool{},
+		walk: newWalkAhead(ctx, ns, cfg.ListAhead, cfg.Logger), stop: stop, dirPushes: map[string]*dirPushes{}, selfReads: map[string]int{}, healing: map[string]map[*fileNode]bool{},
 		staleSince: map[uint64]time.Time{}, disagreed: map[uint64]bool{}, answers: map[string]storeAnswer{}, reported: map[uint64]bool{}, asking: map[*fileNode]bool{}, healLists: make(chan struct{}, healParallel),
 		dropping: map[string]map[string]bool{}, forgetting: map[string]bool{}}
 	ns.changed = f.entriesChanged
@@ -674,7 +721,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.fsys.fail("readdir", d.key, err)
 	}
-	if !d.IsRoot() {
+	if !d.IsRoot() && !d.fsys.selfRead(d.key) {
 		d.fsys.walk.listed(d.key)
 	}
 	answered := d.fsys.answeredIn(d.key, l)

@@ -176,6 +176,15 @@ func (ns *namespace) ridesOut(dir string, l *listing, now time.Time) bool {
 	return failed || ns.outage
 }
 
+// servesFor says whether dir's listing is fresh and stays so for d at
+// least (a relisting aside: it may not land in time).
+func (ns *namespace) servesFor(dir string, d time.Duration) bool {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	l := ns.dirs[dir]
+	return l != nil && ns.now().Add(d).Sub(l.at) < ns.life(l)
+}
+
 // failing says whether the last LIST that ended failed as in an outage.
 func (ns *namespace) failing() bool {
 	ns.mu.Lock()
