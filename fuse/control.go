@@ -353,7 +353,9 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	covered := func(key string) bool {
 		return slices.ContainsFunc(trees, func(root string) bool { return strings.HasPrefix(key, root) })
 	}
-	g, gctx = errgroup.WithContext(ctx)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx = errgroup.WithContext(lctx)
 	g.SetLimit(resolveLists)
 	listDir := func(d *dirListing) {
 		g.Go(func() error {
@@ -398,6 +400,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		})
 	}
 	if err := tg.Wait(); err != nil {
+		stop() // the other directories' LISTs would fail too, each after its retries
 		g.Wait()
 		return nil, err
 	}

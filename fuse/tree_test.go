@@ -305,6 +305,48 @@ func TestResolveInAnOutage(t *testing.T) {
 	}
 }
 
+// TestResolveInAnOutageStopsTheOthers: a tree that fails in an outage
+// fails the list without waiting for the LISTs of directories outside any
+// tree, which would fail too, each after its retries.
+func TestResolveInAnOutageStopsTheOthers(t *testing.T) {
+	objs := map[string][]byte{"x/a/1": nil, "x/b/1": nil, "y/z/q/1": nil}
+	st := &outageLister{memStore: memStore{objs: objs}, failing: "x/", hanging: "y/z/q/"}
+	fsys := newFS(Config{Store: st, MetadataTTL: time.Hour, OutageGrace: 15 * time.Minute,
+		Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	done := make(chan error, 1)
+	go func() {
+		_, err := fsys.resolve(context.Background(), []byte("x/a/1\ny/z/q/1\nx/b/1\n"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("resolved a list while the store fails LISTs")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the list waits for a LIST outside the failed tree")
+	}
+}
+
+// outageLister is a memStore whose LISTs of one prefix fail as in an
+// outage and whose LISTs of another hang until their context ends.
+type outageLister struct {
+	memStore
+	failing, hanging string
+}
+
+func (s *outageLister) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	switch prefix {
+	case s.failing:
+		return errors.New("injected 503")
+	case s.hanging:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.memStore.List(ctx, prefix, recursive, fn)
+}
+
 // countingFn counts the entries a listing hands to its caller.
 type countingFn struct {
 	store.Store
