@@ -128,7 +128,7 @@ type FS struct {
 	// pushes that want it (readThroughMount). dirPushes: for each
 	// directory pushes found files unknown to the kernel in, how many and
 	// when it was last read through the mount, at most maxDirReads.
-	// selfReads: the directories being read so now (by key), whose
+	// selfReads: the directories being read that way now (by key), whose
 	// readdirs are no walker's. Both guarded by dirReadMu.
 	dirReads  singleflight.Group
 	dirReadMu sync.Mutex

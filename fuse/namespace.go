@@ -653,15 +653,7 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 			}
 			return nil
 		}
-		if name == "" || strings.HasSuffix(name, "/") {
-			if o.Size > 0 { // a marker is the directory; its bytes have no path
-				ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")
-			}
-			return nil // the directory's own marker object
-		}
-		if ns.validName(o.Key, name) {
-			b.files[name] = o
-		}
+		ns.addFile(b, o, name)
 		return nil
 	})
 	if err != nil {
@@ -732,15 +724,7 @@ func (ns *namespace) listTree(ctx context.Context, root string, asked func(dir s
 		} else if unwanted++; unwanted > sparseSlack && unwanted > wanted {
 			return errSparseTree
 		}
-		if rel == "" {
-			if o.Size > 0 { // a marker is the directory; its bytes have no path
-				ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")
-			}
-			return nil // the directory's own marker object
-		}
-		if ns.validName(o.Key, rel) {
-			b.files[rel] = o
-		}
+		ns.addFile(b, o, rel)
 		return nil
 	})
 	if err != nil {
@@ -753,6 +737,20 @@ func (ns *namespace) listTree(ctx context.Context, root string, asked func(dir s
 		ns.install(dir, l)
 	}
 	return len(builders), nil
+}
+
+// addFile adds object o, named name in b's directory, unless it is the
+// directory's own marker object or its name cannot be a path.
+func (ns *namespace) addFile(b *dirBuilder, o store.Object, name string) {
+	if name == "" || strings.HasSuffix(name, "/") {
+		if o.Size > 0 { // a marker is the directory; its bytes have no path
+			ns.warn(o.Key, "a directory marker object with content: the directory shows, its bytes do not")
+		}
+		return
+	}
+	if ns.validName(o.Key, name) {
+		b.files[name] = o
+	}
 }
 
 // dirBuilder collects one directory's children before they become a listing.
