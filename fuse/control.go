@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"maps"
 	"path"
 	"runtime"
 	"slices"
@@ -267,6 +266,7 @@ func (a *announceFile) apply(ctx context.Context, cancel context.CancelFunc, arm
 	}
 	a.cancel = nil
 	a.fsys.cfg.Control.Announce(a.fsys.withoutCopies(order))
+	a.fsys.log.Info("announced order", "files", len(order))
 	return nil
 }
 
@@ -281,6 +281,7 @@ func (f *FS) Announce(ctx context.Context, paths []byte) error {
 		return err
 	}
 	f.cfg.Control.Announce(f.withoutCopies(order))
+	f.log.Info("announced order", "files", len(order))
 	return nil
 }
 
@@ -308,6 +309,13 @@ const resolveLists = 32
 // lists its pages several key ranges at once.
 const resolveTrees = 4
 
+// treeDirLines: a directory the list names more files of is listed on its
+// own, never as part of a tree: its LIST fills most of a page anyway, and
+// directories listed on their own are listed many at a time, where one
+// tree's pages are a few at a time (ImageNet's 1,000 classes of 1,300
+// files list faster each on its own).
+const treeDirLines = 100
+
 // resolveIn is resolve with the list cut into n parts.
 func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object, error) {
 	parts := cutLines(data, n)
@@ -324,31 +332,38 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	// job walked the tree) need no goroutine, the others are listed in
 	// parallel.
 	type dirListing struct {
-		key string // prefix + directory, ending in "/" (or the prefix alone)
-		l   *listing
+		key   string // prefix + directory, ending in "/" (or the prefix alone)
+		lines int    // lines of the list in it
+		l     *listing
 	}
 	byDir := map[string]*dirListing{}
 	for _, p := range parts {
-		for _, d := range p.dirs {
+		for i, d := range p.dirs {
 			if byDir[d] == nil {
 				byDir[d] = &dirListing{key: f.cfg.Prefix + d}
 			}
+			byDir[d].lines += p.lines[i]
 		}
 	}
 	unlisted := map[string]*dirListing{} // by key
+	var small []string                   // keys of the unlisted directories the list names a few files of
 	for _, d := range byDir {
 		if d.l = f.ns.serving(d.key); d.l == nil {
 			unlisted[d.key] = d
+			if d.lines <= treeDirLines {
+				small = append(small, d.key)
+			}
 		}
 	}
-	// Trees of directories not yet listed are listed whole, each with one
-	// recursive listing; a directory that none covers, or that its tree's
-	// listing did not install (it failed, or stopped), gets its own LIST.
-	// Not while the store fails LISTs: each directory would wait for its
-	// LIST to fail twice.
+	// Trees of small directories not yet listed are listed whole, each with
+	// one recursive listing (a tree mostly of files the list does not name,
+	// by the trees below it); a directory that none covers, or that no tree
+	// listing installed (one failed, or stopped), gets its own LIST. Not
+	// while the store fails LISTs: each directory would wait for its LIST
+	// to fail twice.
 	var trees []string
-	if len(unlisted) > 1 && !f.ns.failing() {
-		trees = treeRoots(f.cfg.Prefix, slices.Collect(maps.Keys(unlisted)))
+	if len(small) > 1 && !f.ns.failing() {
+		trees = treeRoots(f.cfg.Prefix, small)
 	}
 	covered := func(key string) bool {
 		return slices.ContainsFunc(trees, func(root string) bool { return strings.HasPrefix(key, root) })
@@ -370,19 +385,41 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		}
 	}
 	asked := func(dir string) bool { return unlisted[dir] != nil }
+	outage := func(err error) bool { return err != nil && !errors.Is(err, errSparseTree) && f.ns.outageErr(err) }
+	// listTreeAt lists root's tree or, where that is mostly files the list
+	// does not name, the trees its small directories share below root.
+	// It returns the error of an outage; other failures leave the
+	// directories to their own LISTs.
+	var listTreeAt func(root string) error
+	listTreeAt = func(root string) error {
+		_, err := f.ns.listTree(gctx, root, asked)
+		if err != nil && gctx.Err() == nil {
+			f.log.Debug("announced order: a tree not listed whole", "tree", root, "err", err)
+		}
+		if !errors.Is(err, errSparseTree) {
+			return err
+		}
+		var sg errgroup.Group
+		sg.SetLimit(resolveTrees)
+		for _, sub := range subtreeRoots(root, small) {
+			sg.Go(func() error {
+				if err := listTreeAt(sub); outage(err) {
+					return err
+				}
+				return nil
+			})
+		}
+		return sg.Wait()
+	}
 	var tg errgroup.Group
 	tg.SetLimit(resolveTrees)
 	for _, root := range trees {
 		tg.Go(func() error {
-			_, err := f.ns.listTree(gctx, root, asked)
-			outage := err != nil && !errors.Is(err, errSparseTree) && f.ns.outageErr(err)
-			if err != nil && gctx.Err() == nil {
-				if outage {
-					// Listings held then serve (they ride it out); a
-					// directory with none would only fail again.
-					f.ns.failed(root, err)
-				}
-				f.log.Debug("announced order: directories listed one by one", "tree", root, "err", err)
+			err := listTreeAt(root)
+			if outage(err) && gctx.Err() == nil {
+				// Listings held then serve (they ride it out); a
+				// directory with none would only fail again.
+				f.ns.failed(root, err)
 			}
 			for key, d := range unlisted {
 				if !strings.HasPrefix(key, root) {
@@ -391,7 +428,7 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 				if d.l = f.ns.serving(key); d.l != nil {
 					continue
 				}
-				if outage {
+				if outage(err) {
 					return err
 				}
 				listDir(d)
@@ -454,7 +491,6 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	if bad > 0 {
 		f.log.Warn("announced order: skipped paths that are not files of the mount", "skipped", bad, "kept", len(kept), "first", example)
 	}
-	f.log.Info("announced order", "files", len(kept))
 	return kept, nil
 }
 
@@ -513,6 +549,25 @@ func treeRoots(root string, dirs []string) []string {
 	return out
 }
 
+// subtreeRoots is treeRoots within each subdirectory of root: the trees
+// below root, for a root whose own tree was mostly files not asked for.
+func subtreeRoots(root string, dirs []string) []string {
+	groups := map[string][]string{}
+	for _, d := range dirs {
+		if len(d) <= len(root) || !strings.HasPrefix(d, root) {
+			continue
+		}
+		child := d[:len(root)+strings.IndexByte(d[len(root):], '/')+1]
+		groups[child] = append(groups[child], d)
+	}
+	var trees []string
+	for child, ds := range groups {
+		trees = append(trees, treeRoots(child, ds)...)
+	}
+	slices.Sort(trees)
+	return trees
+}
+
 // parentDir returns the directory that holds dir ("a/b/" -> "a/"), unless
 // dir is root: nothing above root is listed.
 func parentDir(root, dir string) (string, bool) {
@@ -532,6 +587,7 @@ type linePart struct {
 	mountpoint []byte // "/mnt/data/": a line under it names a file by its path in the mount
 	items      []lineItem
 	dirs       []string   // the directories of items (without the prefix), first seen first
+	lines      []int      // lines[i]: the items in dirs[i]
 	listings   []*listing // listings[i] lists dirs[i]
 	bad        int        // lines that cannot name a file of the mount
 	firstBad   string     // the first of them (for the warning)
@@ -615,9 +671,11 @@ func (p *linePart) parse(ctx context.Context) error {
 				d = len(p.dirs)
 				dirIndex[string(dir)] = d
 				p.dirs = append(p.dirs, string(dir))
+				p.lines = append(p.lines, 0)
 			}
 			last, lastDir = d, dir
 		}
+		p.lines[last]++
 		p.items = append(p.items, lineItem{dir: last, name: rel[slash:]})
 	}
 	return nil

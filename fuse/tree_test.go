@@ -347,6 +347,77 @@ func (s *outageLister) List(ctx context.Context, prefix string, recursive bool, 
 	return s.memStore.List(ctx, prefix, recursive, fn)
 }
 
+// TestResolveListsDenseSubtrees: a list that names whole subtrees, but
+// fewer files than their common parent holds, lists those subtrees whole
+// once the parent's tree stops as too sparse, not each directory on its own.
+func TestResolveListsDenseSubtrees(t *testing.T) {
+	objs := map[string][]byte{}
+	var list strings.Builder
+	for a := range 10 {
+		for d := range 10 {
+			for f := range 15 {
+				key := fmt.Sprintf("m/a%d/d%d/f%02d", a, d, f)
+				objs[key] = nil
+				if a >= 1 && a <= 3 {
+					fmt.Fprintf(&list, "%s\n", strings.TrimPrefix(key, "m/"))
+				}
+			}
+		}
+	}
+	st := &splitCounting{Store: memStore{objs: objs}}
+	fsys := newFS(Config{Store: st, Prefix: "m/", MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	order, err := fsys.resolve(context.Background(), []byte(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 450 {
+		t.Fatalf("resolved %d files, want 450", len(order))
+	}
+	if trees, dirs := st.trees.Load(), st.dirs.Load(); trees != 4 || dirs != 0 {
+		t.Errorf("%d tree listings and %d directory LISTs, want 4 (m/, stopped, then a1/, a2/, a3/) and 0", trees, dirs)
+	}
+}
+
+// TestResolveListsLargeDirectoriesAlone: directories the list names many
+// files of are listed on their own, as many at a time, not as one tree
+// whose pages come a few at a time.
+func TestResolveListsLargeDirectoriesAlone(t *testing.T) {
+	objs := map[string][]byte{}
+	var list strings.Builder
+	for d := range 3 {
+		for f := range treeDirLines + 1 {
+			key := fmt.Sprintf("big/d%d/f%04d", d, f)
+			objs[key] = nil
+			fmt.Fprintf(&list, "%s\n", key)
+		}
+	}
+	st := &splitCounting{Store: memStore{objs: objs}}
+	fsys := newFS(Config{Store: st, MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	if _, err := fsys.resolve(context.Background(), []byte(list.String())); err != nil {
+		t.Fatal(err)
+	}
+	if trees, dirs := st.trees.Load(), st.dirs.Load(); trees != 0 || dirs != 3 {
+		t.Errorf("%d tree listings and %d directory LISTs, want 0 and 3", trees, dirs)
+	}
+}
+
+// splitCounting counts recursive listings and one-level ones apart.
+type splitCounting struct {
+	store.Store
+	trees, dirs atomic.Int64
+}
+
+func (s *splitCounting) List(ctx context.Context, prefix string, recursive bool, fn func(store.Object) error) error {
+	if recursive {
+		s.trees.Add(1)
+	} else {
+		s.dirs.Add(1)
+	}
+	return s.Store.List(ctx, prefix, recursive, fn)
+}
+
 // countingFn counts the entries a listing hands to its caller.
 type countingFn struct {
 	store.Store

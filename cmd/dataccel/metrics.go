@@ -46,7 +46,7 @@ func (s *mountStats) metrics() []metric {
 	c, p, lc := &s.cache, &s.prefetch, &s.copies
 	return []metric{
 		{"store_requests_stat_total", "HEAD requests sent to the object store", &s.store.Stats, false},
-		{"store_requests_list_total", "LIST requests sent to the object store", &s.store.Lists, false},
+		{"store_requests_list_total", "listings asked of the object store: of one directory, or of a tree (a long one is several LIST requests)", &s.store.Lists, false},
 		{"store_requests_get_total", "GET requests sent to the object store", &s.store.Gets, false},
 		{"store_get_bytes_total", "bytes received from the object store", &s.store.Bytes, false},
 		{"store_retries_total", "requests sent again after a retryable failure", &s.retry.Retries, false},
