@@ -669,8 +669,11 @@ func (ns *namespace) fetch(ctx context.Context, dir string) (*listing, error) {
 var errSparseTree = errors.New("tree listing: mostly directories not asked for")
 
 // sparseSlack is how many keys of directories not asked for a tree listing
-// takes before it weighs them against those asked for: a page.
-const sparseSlack = 1000
+// takes before it weighs them against those asked for: a quarter of a
+// page, so that a tree that is mostly what nobody asked for stops within
+// its first page, before its listing splits into ranges in parallel (one
+// request, where a later stop costs the ranges in flight too).
+const sparseSlack = 256
 
 // listTree lists everything under root (a directory prefix) with one
 // recursive listing, and installs a listing of every directory in it, as

@@ -167,9 +167,9 @@ func TestListTreeAsDirectoriesList(t *testing.T) {
 }
 
 // TestListTreeStopsWhenSparse: a tree whose keys lie mostly in directories
-// nobody asked for is not listed whole: the listing stops after about a
-// page past what was asked for and installs nothing, and an announced
-// list over it lists its own directories instead.
+// nobody asked for is not listed whole: the listing stops once sparseSlack
+// keys past what was asked for came (within a first page) and installs
+// nothing, and an announced list over it lists its own directories instead.
 func TestListTreeStopsWhenSparse(t *testing.T) {
 	objs := map[string][]byte{"ds/want/1": nil, "ds/want/2": nil, "ds/also/3": nil}
 	for i := range 3 * sparseSlack {
