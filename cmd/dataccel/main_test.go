@@ -534,7 +534,11 @@ func TestOwnerAndOtherUsers(t *testing.T) {
 			m := startMount(t, mnt, append([]string{"--endpoint", srv.Endpoint, "s3://" + st.Bucket() + "/o"}, tc.args...)...)
 			for _, p := range []string{filepath.Join(m.dir, "train"), filepath.Join(m.dir, "train", "a.bin")} {
 				var s syscall.Stat_t
-				if err := syscall.Stat(p, &s); err != nil || s.Uid != tc.uid || s.Gid != tc.gid {
+				err := syscall.Stat(p, &s)
+				for err == syscall.EINTR { // a signal to this thread interrupted the LOOKUP: os.Stat would retry too
+					err = syscall.Stat(p, &s)
+				}
+				if err != nil || s.Uid != tc.uid || s.Gid != tc.gid {
 					t.Fatalf("%s: owner %d:%d, %v; want %d:%d", p, s.Uid, s.Gid, err, tc.uid, tc.gid)
 				}
 			}
