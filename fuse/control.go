@@ -346,12 +346,14 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		}
 	}
 	unlisted := map[string]*dirListing{} // by key
-	var small []string                   // keys of the unlisted directories the list names a few files of
+	var small, large []string            // keys of the unlisted directories the list names a few files of, and the others
 	for _, d := range byDir {
 		if d.l = f.ns.serving(d.key); d.l == nil {
 			unlisted[d.key] = d
 			if d.lines <= treeDirLines {
 				small = append(small, d.key)
+			} else {
+				large = append(large, d.key)
 			}
 		}
 	}
@@ -365,8 +367,19 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 	if len(small) > 1 && !f.ns.failing() {
 		trees = treeRoots(f.cfg.Prefix, small)
 	}
-	covered := func(key string) bool {
-		return slices.ContainsFunc(trees, func(root string) bool { return strings.HasPrefix(key, root) })
+	// A tree over a large directory would list it too, a few pages at a
+	// time: the trees below it instead.
+	for i := 0; i < len(trees); {
+		root := trees[i]
+		if !slices.ContainsFunc(large, func(key string) bool { return strings.HasPrefix(key, root) }) {
+			i++
+			continue
+		}
+		trees = slices.Replace(trees, i, i+1, subtreeRoots(root, small)...)
+	}
+	isLarge := func(d *dirListing) bool { return d.lines > treeDirLines }
+	covered := func(d *dirListing) bool {
+		return !isLarge(d) && slices.ContainsFunc(trees, func(root string) bool { return strings.HasPrefix(d.key, root) })
 	}
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -380,11 +393,11 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 		})
 	}
 	for _, d := range unlisted {
-		if !covered(d.key) {
+		if !covered(d) {
 			listDir(d)
 		}
 	}
-	asked := func(dir string) bool { return unlisted[dir] != nil }
+	asked := func(dir string) bool { d := unlisted[dir]; return d != nil && !isLarge(d) }
 	outage := func(err error) bool { return err != nil && !errors.Is(err, errSparseTree) && f.ns.outageErr(err) }
 	// listTreeAt lists root's tree or, where that is mostly files the list
 	// does not name, the trees its small directories share below root.
@@ -422,8 +435,8 @@ func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object,
 				f.ns.failed(root, err)
 			}
 			for key, d := range unlisted {
-				if !strings.HasPrefix(key, root) {
-					continue
+				if !strings.HasPrefix(key, root) || isLarge(d) {
+					continue // listed on its own already
 				}
 				if d.l = f.ns.serving(key); d.l != nil {
 					continue

@@ -403,6 +403,47 @@ func TestResolveListsLargeDirectoriesAlone(t *testing.T) {
 	}
 }
 
+// TestResolveKeepsTreesOffLargeDirectories: small directories that share a
+// parent with large ones are not listed as that parent's tree (it would
+// list the large ones too, a few pages at a time): the large ones are
+// listed on their own, and the small ones by the trees below the parent.
+func TestResolveKeepsTreesOffLargeDirectories(t *testing.T) {
+	objs := map[string][]byte{}
+	var list strings.Builder
+	add := func(key string) {
+		objs[key] = nil
+		fmt.Fprintf(&list, "%s\n", key)
+	}
+	for d := range 2 {
+		for f := range treeDirLines + 1 {
+			add(fmt.Sprintf("p/big%d/f%04d", d, f))
+		}
+	}
+	for s := range 3 {
+		for f := range 5 {
+			add(fmt.Sprintf("p/s%d/f%d", s, f))
+		}
+	}
+	for s := range 2 {
+		for f := range 5 {
+			add(fmt.Sprintf("p/t/u%d/f%d", s, f))
+		}
+	}
+	st := &splitCounting{Store: memStore{objs: objs}}
+	fsys := newFS(Config{Store: st, MetadataTTL: time.Hour, Control: nopControl{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(fsys.stop)
+	order, err := fsys.resolve(context.Background(), []byte(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 2*(treeDirLines+1)+25 {
+		t.Fatalf("resolved %d files", len(order))
+	}
+	if trees, dirs := st.trees.Load(), st.dirs.Load(); trees != 1 || dirs != 5 {
+		t.Errorf("%d tree listings and %d directory LISTs, want 1 (p/t/) and 5 (the large ones and p/s0-2/)", trees, dirs)
+	}
+}
+
 // splitCounting counts recursive listings and one-level ones apart.
 type splitCounting struct {
 	store.Store
