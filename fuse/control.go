@@ -310,11 +310,14 @@ const resolveLists = 32
 const resolveTrees = 4
 
 // treeDirLines: a directory the list names more files of is listed on its
-// own, never as part of a tree: its LIST fills most of a page anyway, and
+// own, never as part of a tree. A tree pays where its directories are a
+// small share of a page each (a page then answers for dozens of them);
 // directories listed on their own are listed many at a time, where one
-// tree's pages are a few at a time (ImageNet's 1,000 classes of 1,300
-// files list faster each on its own).
-const treeDirLines = 100
+// tree's pages are a few at a time: 100 directories of 50 files listed
+// alone took 120-150 ms, as a tree 180-200 ms (bench/RESULTS.md, session
+// 51), and ImageNet's 1,000 classes of 1,300 files list faster each on
+// its own.
+const treeDirLines = 20
 
 // resolveIn is resolve with the list cut into n parts.
 func (f *FS) resolveIn(ctx context.Context, data []byte, n int) ([]store.Object, error) {
