@@ -313,10 +313,9 @@ const resolveTrees = 4
 // own, never as part of a tree. A tree pays where its directories are a
 // small share of a page each (a page then answers for dozens of them);
 // directories listed on their own are listed many at a time, where one
-// tree's pages are a few at a time: 100 directories of 50 files listed
-// alone took 120-150 ms, as a tree 180-200 ms (bench/RESULTS.md, session
-// 51), and ImageNet's 1,000 classes of 1,300 files list faster each on
-// its own.
+// tree's pages are a few at a time, so larger ones (a flat dataset's
+// classes, ImageNet's) list faster each on its own (bench/RESULTS.md,
+// session 51).
 const treeDirLines = 20
 
 // resolveIn is resolve with the list cut into n parts.
