@@ -1,6 +1,8 @@
 package prefetch
 
 import (
+	"io"
+	"net"
 	"runtime"
 	"testing"
 
@@ -42,6 +44,87 @@ func TestPrefault(t *testing.T) {
 			}
 			if got := after.Minflt - before.Minflt; got < tc.min || got > tc.max {
 				t.Errorf("%d page faults filling %d pages, want %d-%d", got, pages-1, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// BenchmarkBodyIntoMemory reads a GET body's bytes from a loopback socket
+// into 1 MiB blocks, as fetchRun does, and reports MB/s by where the blocks
+// go: one reused buffer (what a GET client with its own buffers pays);
+// readBlock's fresh, prefaulted buffers, kept as the RAM tier keeps them
+// (up to 1 GiB, then let go); and a 256 MiB ring of 2 MiB pages touched
+// beforehand (memory a pool would reuse). On a VM that faults fresh memory
+// in from its host the second and third differ by several times
+// (bench/RESULTS.md, session 52); it is the cost of the mount's socket
+// reads in a cold epoch.
+func BenchmarkBodyIntoMemory(b *testing.B) {
+	const block = 1 << 20
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		out := make([]byte, block)
+		for {
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+
+	reused := make([]byte, block)
+	const ringSize = 256 << 20
+	ring, err := unix.Mmap(-1, 0, ringSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Munmap(ring) })
+	_ = unix.Madvise(ring, unix.MADV_HUGEPAGE) // best effort: a kernel without THP keeps 4 KiB pages
+	for i := 0; i < len(ring); i += 4096 {
+		ring[i] = 1
+	}
+	for _, tc := range []struct {
+		name string
+		read func(i int) error
+	}{
+		{"reused", func(int) error { _, err := io.ReadFull(conn, reused); return err }},
+		{"fresh-kept", func() func(int) error {
+			var kept [][]byte
+			return func(int) error {
+				if len(kept) == 1024 {
+					kept = kept[:0]
+				}
+				buf, err := readBlock(conn, 0, block)
+				kept = append(kept, buf)
+				return err
+			}
+		}()},
+		{"ring-2MiB-pages", func(i int) error {
+			off := i * block % ringSize
+			_, err := io.ReadFull(conn, ring[off:off+block])
+			return err
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(block)
+			i := 0
+			for b.Loop() {
+				if err := tc.read(i); err != nil {
+					b.Fatal(err)
+				}
+				i++
 			}
 		})
 	}
