@@ -53,11 +53,12 @@ func TestPrefault(t *testing.T) {
 // into 1 MiB blocks, as fetchRun does, and reports MB/s by where the blocks
 // go: one reused buffer (what a GET client with its own buffers pays);
 // readBlock's fresh, prefaulted buffers, kept as the RAM tier keeps them
-// (up to 1 GiB, then let go); and a 256 MiB ring of 2 MiB pages touched
-// beforehand (memory a pool would reuse). On a VM that faults fresh memory
-// in from its host the second and third differ by several times
-// (bench/RESULTS.md, session 52); it is the cost of the mount's socket
-// reads in a cold epoch.
+// (up to 1 GiB, then let go); a reused buffer whose bytes are then kept in
+// a memfd (kernel memory, written through the kernel's own mapping); and a
+// 256 MiB ring of 2 MiB pages touched beforehand (memory a pool would
+// reuse). On a VM that faults fresh memory in from its host, fresh-kept is
+// several times slower than the others (bench/RESULTS.md, session 52): it
+// is the cost of the mount's socket reads in a cold epoch.
 func BenchmarkBodyIntoMemory(b *testing.B) {
 	const block = 1 << 20
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,6 +109,23 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 				}
 				buf, err := readBlock(conn, 0, block)
 				kept = append(kept, buf)
+				return err
+			}
+		}()},
+		{"reused-then-memfd-kept", func() func(int) error {
+			fd, err := unix.MemfdCreate("blocks", 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { unix.Close(fd) })
+			return func(i int) error {
+				if _, err := io.ReadFull(conn, reused); err != nil {
+					return err
+				}
+				if i%1024 == 0 {
+					_ = unix.Ftruncate(fd, 0) // let the kept blocks go, as fresh-kept does
+				}
+				_, err := unix.Pwrite(fd, reused, int64(i%1024)*block)
 				return err
 			}
 		}()},
