@@ -1,0 +1,201 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dataccel/dataccel/cache"
+	"github.com/dataccel/dataccel/store"
+)
+
+// checkingPageCache is a fakePageCache that checks every push against the
+// object's bytes as it arrives: a block whose memory was reused for another
+// block before its push would put the wrong bytes in the page cache.
+type checkingPageCache struct {
+	*fakePageCache
+	t  testing.TB
+	st *fakeStore
+}
+
+func (c *checkingPageCache) Store(obj store.Object, off int64, data []byte) error {
+	if want := c.st.data(obj.Key)[off : off+int64(len(data))]; !bytes.Equal(data, want) {
+		c.t.Errorf("push of %s at %d (%d bytes): wrong bytes", obj.Key, off, len(data))
+	}
+	return c.fakePageCache.Store(obj, off, data)
+}
+
+// heldView is the bytes a read returned, kept as a FUSE reply keeps them
+// (go-fuse writes the reply after Read returns, from the slice ReadView
+// gave), with where they came from.
+type heldView struct {
+	obj store.Object
+	off int64
+	b   []byte
+}
+
+// TestBytesStayWithEveryHolder reads two epochs through a loader whose
+// blocks pass through every holder the loader has: flights joined by
+// readers, the ready map under a tight budget, pushes into the page cache,
+// a RAM tier small enough to evict (and a disk tier it hands its victims
+// to), and the sweep. It checks every byte: as a read returns it, again
+// after later reads (a reply is written after the read returns), and as
+// each push arrives. Blocks are never reused today; a change that reuses
+// block memory must keep it passing. (Block buffers taken from a ring of
+// a few MiB, reused too early, fail it; with a larger ring only the views
+// checked again catch the reuse.)
+func TestBytesStayWithEveryHolder(t *testing.T) {
+	const (
+		bs      = 64 << 10
+		files   = 120
+		readers = 6
+		keep    = 32 // views each reader holds and checks again
+	)
+	for _, tc := range []struct {
+		name     string
+		announce bool // else directory order (the sweep and directory prefetch)
+		disk     bool
+	}{
+		{"announced, RAM tier", true, false},
+		{"announced, RAM and disk tiers", true, true},
+		{"directory order, RAM and disk tiers", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			st.latency = func(string) time.Duration { return 200 * time.Microsecond }
+			rng := rand.New(rand.NewPCG(11, uint64(len(tc.name))))
+			objs := make([]store.Object, files)
+			for i := range objs {
+				objs[i] = st.add(fmt.Sprintf("d%d/%05d.jpg", i%4, i), 1+rng.Int64N(3*bs))
+			}
+			slices.SortFunc(objs, func(a, b store.Object) int { return strings.Compare(a.Key, b.Key) })
+			ram, err := cache.NewRAM(8*bs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ram.Close)
+			var tier *cache.Tiered
+			if tc.disk {
+				disk, err := cache.NewDisk(cache.DefaultDiskOptions(t.TempDir(), 64<<20))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { disk.Close() })
+				tier = cache.NewTiered(ram, disk)
+			} else {
+				tier = cache.NewTiered(ram, nil)
+			}
+			stats := &Stats{}
+			l := newTestLoader(t, st, tier, Options{
+				BlockSize: bs, SmallObject: bs, CrossFile: true, FileLead: 16,
+				ReadAhead: 4, Workers: 4, MemoryBudget: 12 * (bs + blockOverhead), Stats: stats,
+			})
+			pc := &checkingPageCache{fakePageCache: newFakePageCache(), t: t, st: st}
+			l.SetPageCache(pc)
+			if !tc.announce {
+				l.SetSiblings(dirSiblings{objs: objs})
+			}
+
+			check := func(v heldView, when string) bool {
+				want := st.data(v.obj.Key)[v.off : v.off+int64(len(v.b))]
+				if !bytes.Equal(v.b, want) {
+					t.Errorf("%s: %s at %d (%d bytes): wrong bytes", when, v.obj.Key, v.off, len(v.b))
+					return false
+				}
+				return true
+			}
+			for epoch := range 2 {
+				order := slices.Clone(objs)
+				if tc.announce {
+					rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+					l.Announce(order)
+				}
+				var wg sync.WaitGroup
+				for r := range readers {
+					seed := rng.Uint64()
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(seed, uint64(epoch)))
+						var held []heldView
+						for i := r; i < len(order); i += readers {
+							obj := order[i]
+							rd := l.Open(obj)
+							for off := int64(0); off < obj.Size; {
+								p := make([]byte, 4<<10+rng.IntN(2*bs))
+								var got []byte
+								var err error
+								if rng.IntN(2) == 0 {
+									var n int
+									n, err = rd.ReadAt(context.Background(), p, off)
+									got = p[:n]
+								} else {
+									got, err = rd.(viewReader).ReadView(context.Background(), p, off)
+								}
+								if err != nil && err != io.EOF {
+									t.Errorf("read %s at %d: %v", obj.Key, off, err)
+									rd.Close()
+									return
+								}
+								if len(got) == 0 {
+									t.Errorf("read %s at %d: no bytes before the end (%d)", obj.Key, off, obj.Size)
+									rd.Close()
+									return
+								}
+								v := heldView{obj, off, got}
+								if !check(v, "as read") {
+									rd.Close()
+									return
+								}
+								if len(held) == keep {
+									j := rng.IntN(keep)
+									if !check(held[j], "read earlier") {
+										rd.Close()
+										return
+									}
+									held[j] = v
+								} else {
+									held = append(held, v)
+								}
+								off += int64(len(got))
+							}
+							rd.Close()
+						}
+						for _, v := range held {
+							if !check(v, "at the end of the epoch") {
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			}
+			l.Close() // the pushes in flight end, each checked as it arrived
+			t.Logf("pushed %d, ready hits %d, shared fetches %d, cache hits %d, prefetched %d",
+				stats.Pushed.Load(), stats.ReadyHits.Load(), stats.Shared.Load(), stats.CacheHits.Load(), stats.PrefetchIssued.Load())
+			for _, c := range []struct {
+				what string
+				n    int64
+			}{
+				{"pushes", pc.pushedBytes()},
+				{"reads from the ready map", stats.ReadyHits.Load()},
+				{"reads joining a fetch", stats.Shared.Load()},
+				{"reads from the cache tier", stats.CacheHits.Load()},
+			} {
+				if c.n == 0 {
+					t.Errorf("no %s: the test no longer covers them", c.what)
+				}
+			}
+		})
+	}
+}
+
+// viewReader is the zero-copy read the fuse layer uses (reader.ReadView).
+type viewReader interface {
+	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
+}
