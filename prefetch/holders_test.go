@@ -42,31 +42,35 @@ type heldView struct {
 }
 
 // TestBytesStayWithEveryHolder reads two epochs through a loader whose
-// blocks pass through every holder the loader has: flights joined by
+// blocks pass through the holders the loader has: flights joined by
 // readers, the ready map under a tight budget, pushes into the page cache,
 // a RAM tier small enough to evict (and a disk tier it hands its victims
-// to), and the sweep. It checks every byte: as a read returns it, again
-// after later reads (a reply is written after the read returns), and as
-// each push arrives. Blocks are never reused today; a change that reuses
-// block memory must keep it passing. (Block buffers taken from a ring of
-// a few MiB, reused too early, fail it; with a larger ring only the views
-// checked again catch the reuse.)
+// to), tier hits kept ready for their next pieces (large blocks), and the
+// sweep. It checks every byte: as a read returns it, again after later
+// reads and after the loader closes (a reply is written after the read
+// returns), and as each push arrives. Blocks are never reused today; a
+// change that reuses block memory must keep it passing, and should poison
+// each buffer as its tests release it: block buffers taken from a ring of
+// up to 16 MiB fail this test as it is, a larger ring outlives what it
+// holds.
 func TestBytesStayWithEveryHolder(t *testing.T) {
 	const (
-		bs      = 64 << 10
 		files   = 120
 		readers = 6
 		keep    = 32 // views each reader holds and checks again
 	)
 	for _, tc := range []struct {
 		name     string
-		announce bool // else directory order (the sweep and directory prefetch)
+		bs       int64 // block size: above keepHitsAbove, tier hits are kept ready
+		announce bool  // else directory order (the sweep and directory prefetch)
 		disk     bool
 	}{
-		{"announced, RAM tier", true, false},
-		{"announced, RAM and disk tiers", true, true},
-		{"directory order, RAM and disk tiers", false, true},
+		{"announced, RAM tier", 64 << 10, true, false},
+		{"announced, RAM and disk tiers", 64 << 10, true, true},
+		{"announced, large blocks, RAM and disk tiers", 256 << 10, true, true},
+		{"directory order, RAM and disk tiers", 64 << 10, false, true},
 	} {
+		bs := tc.bs
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore()
 			st.latency = func(string) time.Duration { return 200 * time.Microsecond }
@@ -96,6 +100,7 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 			l := newTestLoader(t, st, tier, Options{
 				BlockSize: bs, SmallObject: bs, CrossFile: true, FileLead: 16,
 				ReadAhead: 4, Workers: 4, MemoryBudget: 12 * (bs + blockOverhead), Stats: stats,
+				SweepBytes: 64 << 20, SweepPushBytes: 64 << 20,
 			})
 			pc := &checkingPageCache{fakePageCache: newFakePageCache(), t: t, st: st}
 			l.SetPageCache(pc)
@@ -111,6 +116,8 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 				}
 				return true
 			}
+			var heldMu sync.Mutex
+			var allHeld []heldView // every reader's views at the end of its epoch
 			for epoch := range 2 {
 				order := slices.Clone(objs)
 				if tc.announce {
@@ -127,7 +134,7 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 							obj := order[i]
 							rd := l.Open(obj)
 							for off := int64(0); off < obj.Size; {
-								p := make([]byte, 4<<10+rng.IntN(2*bs))
+								p := make([]byte, 4<<10+rng.IntN(int(2*bs)))
 								var got []byte
 								var err error
 								if rng.IntN(2) == 0 {
@@ -171,11 +178,19 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 								return
 							}
 						}
+						heldMu.Lock()
+						allHeld = append(allHeld, held...)
+						heldMu.Unlock()
 					})
 				}
 				wg.Wait()
 			}
 			l.Close() // the pushes in flight end, each checked as it arrived
+			for _, v := range allHeld {
+				if !check(v, "after the loader closed") {
+					break
+				}
+			}
 			t.Logf("pushed %d, ready hits %d, shared fetches %d, cache hits %d, prefetched %d",
 				stats.Pushed.Load(), stats.ReadyHits.Load(), stats.Shared.Load(), stats.CacheHits.Load(), stats.PrefetchIssued.Load())
 			for _, c := range []struct {

@@ -55,10 +55,11 @@ func TestPrefault(t *testing.T) {
 // readBlock's fresh, prefaulted buffers, kept as the RAM tier keeps them
 // (up to 1 GiB, then let go); a reused buffer whose bytes are then kept in
 // a memfd (kernel memory, written through the kernel's own mapping); and a
-// 256 MiB ring of 2 MiB pages touched beforehand (memory a pool would
-// reuse). On a VM that faults fresh memory in from its host, fresh-kept is
-// several times slower than the others (bench/RESULTS.md, session 52): it
-// is the cost of the mount's socket reads in a cold epoch.
+// 256 MiB ring touched beforehand, in 2 MiB pages where the kernel gives
+// them (memory a pool would reuse). On a VM that faults fresh memory in
+// from its host, fresh-kept is several times slower than the others
+// (bench/RESULTS.md, session 52): it is the cost of the mount's socket
+// reads in a cold epoch.
 func BenchmarkBodyIntoMemory(b *testing.B) {
 	const block = 1 << 20
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -84,25 +85,25 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-
 	reused := make([]byte, block)
-	const ringSize = 256 << 20
-	ring, err := unix.Mmap(-1, 0, ringSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		b.Fatal(err)
+	for range 16 { // the connection's warm-up, outside every measurement
+		if _, err := io.ReadFull(conn, reused); err != nil {
+			b.Fatal(err)
+		}
 	}
-	b.Cleanup(func() { unix.Munmap(ring) })
-	_ = unix.Madvise(ring, unix.MADV_HUGEPAGE) // best effort: a kernel without THP keeps 4 KiB pages
-	for i := 0; i < len(ring); i += 4096 {
-		ring[i] = 1
-	}
+
+	// Each case sets up what it reads into, for its own sub-benchmark
+	// (released with it), and returns the read of the i-th block.
 	for _, tc := range []struct {
-		name string
-		read func(i int) error
+		name  string
+		setup func(b *testing.B) func(i int) error
 	}{
-		{"reused", func(int) error { _, err := io.ReadFull(conn, reused); return err }},
-		{"fresh-kept", func() func(int) error {
+		{"reused", func(*testing.B) func(int) error {
+			return func(int) error { _, err := io.ReadFull(conn, reused); return err }
+		}},
+		{"fresh-kept", func(b *testing.B) func(int) error {
 			var kept [][]byte
+			b.Cleanup(func() { kept = nil })
 			return func(int) error {
 				if len(kept) == 1024 {
 					kept = kept[:0]
@@ -111,8 +112,8 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 				kept = append(kept, buf)
 				return err
 			}
-		}()},
-		{"reused-then-memfd-kept", func() func(int) error {
+		}},
+		{"reused-then-memfd-kept", func(b *testing.B) func(int) error {
 			fd, err := unix.MemfdCreate("blocks", 0)
 			if err != nil {
 				b.Fatal(err)
@@ -128,18 +129,31 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 				_, err := unix.Pwrite(fd, reused, int64(i%1024)*block)
 				return err
 			}
-		}()},
-		{"ring-2MiB-pages", func(i int) error {
-			off := i * block % ringSize
-			_, err := io.ReadFull(conn, ring[off:off+block])
-			return err
+		}},
+		{"ring-touched-before", func(b *testing.B) func(int) error {
+			const ringSize = 256 << 20
+			ring, err := unix.Mmap(-1, 0, ringSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { unix.Munmap(ring) })
+			_ = unix.Madvise(ring, unix.MADV_HUGEPAGE) // best effort: without THP, 4 KiB pages
+			for i := 0; i < len(ring); i += 4096 {
+				ring[i] = 1
+			}
+			return func(i int) error {
+				off := i * block % ringSize
+				_, err := io.ReadFull(conn, ring[off:off+block])
+				return err
+			}
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			read := tc.setup(b)
 			b.SetBytes(block)
 			i := 0
 			for b.Loop() {
-				if err := tc.read(i); err != nil {
+				if err := read(i); err != nil {
 					b.Fatal(err)
 				}
 				i++
