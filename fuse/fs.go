@@ -125,15 +125,11 @@ type FS struct {
 	mountpoint []byte
 
 	// dirReads shares one read of a directory through the mount among the
-	// pushes that want it (readThroughMount). dirPushes: for each
-	// directory pushes found files unknown to the kernel in, how many and
-	// when it was last read through the mount, at most maxDirReads.
-	// selfReads: the directories being read that way now (by key), whose
-	// readdirs are no walker's. Both guarded by dirReadMu.
+	// pushes that want it (readThroughMount).
 	dirReads  singleflight.Group
 	dirReadMu sync.Mutex
-	dirPushes map[string]*dirPushes
-	selfReads map[string]int
+	dirPushes map[string]*dirPushes // guarded by dirReadMu: per directory pushes found files unknown to the kernel in, at most maxDirReads
+	selfReads map[string]int        // guarded by dirReadMu: the directories (keys) readThroughMount reads now, whose readdirs are no walker's
 
 	healMu  sync.Mutex
 	healing map[string]map[*fileNode]bool // guarded by healMu: per directory being healed, its stale files still to do

@@ -130,9 +130,12 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 					wg.Go(func() {
 						rng := rand.New(rand.NewPCG(seed, uint64(epoch)))
 						var held []heldView
-						for i := r; i < len(order); i += readers {
-							obj := order[i]
+						// readFile reads obj to its end in reads of random
+						// sizes, half of them views, checking each as read and
+						// one held view again; false once a check failed.
+						readFile := func(obj store.Object) bool {
 							rd := l.Open(obj)
+							defer rd.Close()
 							for off := int64(0); off < obj.Size; {
 								p := make([]byte, 4<<10+rng.IntN(int(2*bs)))
 								var got []byte
@@ -144,34 +147,33 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 								} else {
 									got, err = rd.(viewReader).ReadView(context.Background(), p, off)
 								}
-								if err != nil && err != io.EOF {
+								switch {
+								case err != nil && err != io.EOF:
 									t.Errorf("read %s at %d: %v", obj.Key, off, err)
-									rd.Close()
-									return
-								}
-								if len(got) == 0 {
+									return false
+								case len(got) == 0:
 									t.Errorf("read %s at %d: no bytes before the end (%d)", obj.Key, off, obj.Size)
-									rd.Close()
-									return
+									return false
 								}
 								v := heldView{obj, off, got}
 								if !check(v, "as read") {
-									rd.Close()
-									return
+									return false
 								}
-								if len(held) == keep {
-									j := rng.IntN(keep)
-									if !check(held[j], "read earlier") {
-										rd.Close()
-										return
-									}
-									held[j] = v
-								} else {
+								if len(held) < keep {
 									held = append(held, v)
+								} else if j := rng.IntN(keep); !check(held[j], "read earlier") {
+									return false
+								} else {
+									held[j] = v
 								}
 								off += int64(len(got))
 							}
-							rd.Close()
+							return true
+						}
+						for i := r; i < len(order); i += readers {
+							if !readFile(order[i]) {
+								return
+							}
 						}
 						for _, v := range held {
 							if !check(v, "at the end of the epoch") {

@@ -537,9 +537,7 @@ func TestRandomReadsByteExact(t *testing.T) {
 							n, err = r.ReadAt(context.Background(), p, off)
 						} else { // the same bytes without a copy when they lie in one block
 							var v []byte
-							v, err = r.(interface {
-								ReadView(context.Context, []byte, int64) ([]byte, error)
-							}).ReadView(context.Background(), p, off)
+							v, err = r.(viewReader).ReadView(context.Background(), p, off)
 							if len(v) > len(p) {
 								t.Errorf("ReadView gave %d bytes for %d", len(v), len(p))
 								return
