@@ -44,8 +44,12 @@ type CompareSummary struct {
 	RunsS         map[string]map[string][]float64 `json:"runs_s"`
 	PrefetchModes map[string]float64              `json:"prefetch_modes_4_readers_s"` // off, dir_order, announced
 	PeakRSSMiB    float64                         `json:"dataccel_peak_rss_mib"`
-	RAMCacheMiB   float64                         `json:"ram_cache_mib"`
-	FreshMemory   map[string]float64              `json:"host_fresh_memory_s_per_gib"` // start, before_b, end
+	// RAMFileMiB: the memory of the RAM cache's memory file at unmount
+	// (the largest over the mounts), which RSS does not show; absent
+	// from summaries before it.
+	RAMFileMiB  float64            `json:"dataccel_ram_file_mib"`
+	RAMCacheMiB float64            `json:"ram_cache_mib"`
+	FreshMemory map[string]float64 `json:"host_fresh_memory_s_per_gib"` // start, before_b, end
 	// DAMONPageout: the host pages out page cache it finds idle (DAMON),
 	// which leaves holes for the warm re-reads to refill.
 	DAMONPageout bool `json:"host_damon_pageout"`
@@ -263,7 +267,7 @@ func (s *CompareSummary) WriteText(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "dataccel peak RSS      %.0f MiB (RAM cache %.0f MiB)\n", s.PeakRSSMiB, s.RAMCacheMiB)
+	fmt.Fprintf(&b, "dataccel peak RSS      %.0f MiB, and %.0f MiB in the RAM cache's memory file (RAM cache %.0f MiB)\n", s.PeakRSSMiB, s.RAMFileMiB, s.RAMCacheMiB)
 	if f := s.FreshMemory; len(f) > 0 {
 		fmt.Fprintf(&b, "host, fresh memory     %s s per GiB at the start, %s before B, %s at the end (mounts pay it for their page cache and RAM cache; direct GETs do not)\n",
 			val(f, "start", sec2), val(f, "before_b", sec2), val(f, "end", sec2))

@@ -36,6 +36,14 @@ func newBufferedDiskTier(t *testing.T) (Tier, func()) {
 func tierCases() []tierCase {
 	return []tierCase{
 		{"RAM", newRAMTier},
+		{"RAMHeap", func(t *testing.T) (Tier, func()) {
+			r, err := NewHeapRAM(64<<20, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			return r, r.Flush
+		}},
 		{"Disk", newDiskTier}, // direct I/O where t.TempDir() allows it
 		{"DiskBuffered", newBufferedDiskTier},
 		{"Tiered", func(t *testing.T) (Tier, func()) {

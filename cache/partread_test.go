@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -362,30 +363,50 @@ func TestHeadCache(t *testing.T) {
 }
 
 // Tiered reads part of a block from disk only when RAM does not hold it,
-// and does not promote it.
+// and does not promote it; a block in RAM is read in part from a RAM tier
+// in a memory file, and whole (Get, no copy) from one on the heap.
 func TestTieredReadPart(t *testing.T) {
-	ram, err := NewRAM(64<<20, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ram.Close)
-	disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
-	tt := NewTiered(ram, disk)
-	const n = 1 << 20
-	onDisk, inRAM := testKey("disk", 1), testKey("ram", 1)
-	disk.Put(onDisk, blockFor(onDisk, n))
-	tt.Put(inRAM, blockFor(inRAM, n))
-	tt.Flush()
-	p := make([]byte, 1000)
-	if !tt.ReadPart(onDisk, n, p, 300000) || !bytes.Equal(p, blockFor(onDisk, n)[300000:301000]) {
-		t.Fatal("part of a block on disk not served")
-	}
-	ram.Flush()
-	if ram.Contains(onDisk) {
-		t.Fatal("a part read promoted the block to RAM")
-	}
-	if tt.ReadPart(inRAM, n, p, 300000) {
-		t.Fatal("a block in RAM was read in part, not whole from RAM")
+	for _, heap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("heap=%v", heap), func(t *testing.T) {
+			stats := new(Stats)
+			newRAM := NewRAM
+			if heap {
+				newRAM = NewHeapRAM
+			}
+			ram, err := newRAM(64<<20, stats)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ram.Close)
+			disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1, Stats: stats})
+			tt := NewTiered(ram, disk)
+			const n = 1 << 20
+			onDisk, inRAM := testKey("disk", 1), testKey("ram", 1)
+			disk.Put(onDisk, blockFor(onDisk, n))
+			tt.Put(inRAM, blockFor(inRAM, n))
+			tt.Flush()
+			p := make([]byte, 1000)
+			if !tt.ReadPart(onDisk, n, p, 300000) || !bytes.Equal(p, blockFor(onDisk, n)[300000:301000]) {
+				t.Fatal("part of a block on disk not served")
+			}
+			ram.Flush()
+			if ram.Contains(onDisk) {
+				t.Fatal("a part read promoted the block to RAM")
+			}
+			diskParts := stats.DiskPartHits.Load()
+			got := tt.ReadPart(inRAM, n, p, 300000)
+			switch {
+			case heap && got:
+				t.Fatal("a block in RAM on the heap was read in part, not whole from RAM")
+			case !heap && ram.PutCopies() && (!got || !bytes.Equal(p, blockFor(inRAM, n)[300000:301000])):
+				t.Fatalf("part of a block in RAM's file: served %v, or wrong bytes", got)
+			case stats.DiskPartHits.Load() != diskParts:
+				t.Fatal("a block in RAM was read in part from disk")
+			}
+			if !heap && (tt.ReadPart(inRAM, n, make([]byte, 10), n-5) || tt.ReadPart(inRAM, 2*n, p, 0)) {
+				t.Fatal("a part past the block's end, or of a longer block, was served")
+			}
+		})
 	}
 }
 

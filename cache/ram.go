@@ -10,9 +10,13 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 )
 
-// RAM is the in-memory tier: a ristretto cache bounded in bytes (cost =
-// the block's capacity, which counts the padding a block read from disk
-// keeps). Sets are best effort: ristretto may drop or refuse one.
+// RAM is the in-memory tier: a ristretto cache bounded in bytes. Where the
+// system has anonymous memory files (Linux), the blocks' bytes live in one
+// (ramFile): Put copies a block in, Get copies it out, and the cost of a
+// block is the pages it holds there. Elsewhere the tier keeps the blocks
+// Put hands it, at the cost of their capacity (which counts the padding a
+// block read from disk keeps). Sets are best effort: ristretto may drop or
+// refuse one.
 //
 // With a victim (Tiered sets the disk tier), every block the RAM tier does
 // not keep (evicted, refused, dropped) goes to the victim, and Drain hands
@@ -22,6 +26,7 @@ type RAM struct {
 	c     *ristretto.Cache[string, *ramEntry]
 	max   int64 // the bound given to NewRAM
 	stats *Stats
+	file  *ramFile // where the blocks' bytes live; nil: on the heap
 
 	victim atomic.Pointer[func(Key, []byte)] // set once, before use
 	// lastOut is when the tier last evicted or refused a block (unix ns).
@@ -51,24 +56,83 @@ type RAM struct {
 // ristretto can never serve another key's bytes.
 type ramEntry struct {
 	key  Key
-	data []byte
+	data []byte // the block, with no file
+	off  int64  // where the block lies in the file
+	n    int64  // its length
+	cost int64  // what it holds of the tier's bound
+	// state counts the copies out of the file under way, plus entryGone
+	// once the tier let the block go: the last of the two to finish
+	// punches the block's pages out of the file, so a copy never reads a
+	// hole (zeros) where the block was.
+	state atomic.Int64
+}
+
+const entryGone = 1 << 62
+
+// pin holds the entry's bytes for a copy out; false once it is gone.
+func (e *ramEntry) pin() bool {
+	for {
+		s := e.state.Load()
+		if s&entryGone != 0 {
+			return false
+		}
+		if e.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+// unpin ends a copy out; it reports whether the bytes are to be punched
+// out now (the entry is gone and this was the last copy).
+func (e *ramEntry) unpin() bool { return e.state.Add(-1) == entryGone }
+
+// leave marks the entry gone, once; it reports whether the bytes are to be
+// punched out now (no copy under way).
+func (e *ramEntry) leave() bool {
+	for {
+		s := e.state.Load()
+		if s&entryGone != 0 {
+			return false
+		}
+		if e.state.CompareAndSwap(s, s|entryGone) {
+			return s == 0
+		}
+	}
 }
 
 // assumedBlock sizes ristretto's frequency sketch (about 10 counters per
 // expected entry); blocks smaller than this only make the sketch less exact.
 const assumedBlock = 64 << 10
 
-// NewRAM returns a RAM tier holding at most maxBytes of blocks. stats may be
-// nil.
+// NewRAM returns a RAM tier holding at most maxBytes of blocks, in an
+// anonymous memory file where the system has them, else on the heap.
+// stats may be nil.
 func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
+	file, err := openRAMFile()
+	if err != nil {
+		file = nil // the heap, then
+	}
+	return newRAM(maxBytes, stats, file)
+}
+
+// NewHeapRAM returns a RAM tier that keeps the blocks Put hands it on the
+// heap, as NewRAM does where the system has no anonymous memory files.
+func NewHeapRAM(maxBytes int64, stats *Stats) (*RAM, error) {
+	return newRAM(maxBytes, stats, nil)
+}
+
+func newRAM(maxBytes int64, stats *Stats, file *ramFile) (*RAM, error) {
 	if maxBytes <= 0 {
+		if file != nil {
+			file.close()
+		}
 		return nil, fmt.Errorf("new ram cache: max bytes %d must be positive", maxBytes)
 	}
 	if stats == nil {
 		stats = new(Stats)
 	}
 	counters := min(max(10*maxBytes/assumedBlock, 1000), 50_000_000)
-	r := &RAM{max: maxBytes, stats: stats}
+	r := &RAM{max: maxBytes, stats: stats, file: file}
 	c, err := ristretto.NewCache(&ristretto.Config[string, *ramEntry]{
 		NumCounters:        counters,
 		MaxCost:            maxBytes,
@@ -88,11 +152,15 @@ func NewRAM(maxBytes int64, stats *Stats) (*RAM, error) {
 		// here once; one whose Set was dropped never entered.
 		OnExit: func(e *ramEntry) {
 			if e != nil {
-				stats.RAMBytes.Add(-int64(cap(e.data)))
+				stats.RAMBytes.Add(-e.cost)
+				r.leave(e)
 			}
 		},
 	})
 	if err != nil {
+		if file != nil {
+			file.close()
+		}
 		return nil, fmt.Errorf("new ram cache: %w", err)
 	}
 	r.c = c
@@ -123,8 +191,61 @@ func (r *RAM) givenUp(e *ramEntry) {
 		delete(r.held, e.key)
 	}
 	r.mu.Unlock()
-	if held {
-		(*v)(e.key, e.data)
+	if !held {
+		return
+	}
+	if b, ok := r.load(e); ok {
+		(*v)(e.key, b)
+	}
+}
+
+// PutCopies reports whether Put copies the block (into the tier's file),
+// so that the caller may reuse its buffer.
+func (r *RAM) PutCopies() bool { return r.file != nil }
+
+// FileBytes returns the memory the tier's file holds (0 with no file): the
+// process's memory that its resident set does not show.
+func (r *RAM) FileBytes() int64 {
+	if r.file == nil {
+		return 0
+	}
+	return r.file.allocated()
+}
+
+// load returns the bytes of e: the block itself with no file, else a copy
+// out of the file; false if e left the tier meanwhile.
+func (r *RAM) load(e *ramEntry) ([]byte, bool) {
+	if r.file == nil {
+		return e.data, true
+	}
+	b := make([]byte, e.n)
+	return b, r.loadInto(e, b)
+}
+
+// loadInto copies e's bytes into p (len(p) == e.n) from the file; false if
+// e left the tier meanwhile.
+func (r *RAM) loadInto(e *ramEntry, p []byte) bool {
+	if !e.pin() {
+		return false
+	}
+	err := r.file.read(e.off, p)
+	if e.unpin() {
+		r.punch(e)
+	}
+	return err == nil
+}
+
+// leave marks e gone from the tier; its pages go once no copy reads them.
+func (r *RAM) leave(e *ramEntry) {
+	if r.file != nil && e.leave() {
+		r.punch(e)
+	}
+}
+
+func (r *RAM) punch(e *ramEntry) {
+	if err := r.file.punch(e.off, e.cost); err != nil {
+		// The pages stay until the tier closes: memory, not bytes served.
+		r.stats.RAMFileErrors.Add(1)
 	}
 }
 
@@ -137,7 +258,9 @@ func (r *RAM) drain(fn func(Key, []byte)) {
 	}
 	r.mu.Unlock()
 	for _, e := range held {
-		fn(e.key, e.data)
+		if b, ok := r.load(e); ok {
+			fn(e.key, b)
+		}
 	}
 }
 
@@ -149,15 +272,51 @@ func ramKey(k Key) string {
 
 // Get returns the block for k. The slice must not be modified.
 func (r *RAM) Get(k Key) ([]byte, bool) {
-	e, ok := r.get(k)
-	if !ok || e == nil || e.key != k {
-		if e = r.pending(k); e == nil {
-			r.stats.RAMMisses.Add(1)
-			return nil, false
-		}
+	e := r.lookup(k)
+	if e == nil {
+		r.stats.RAMMisses.Add(1)
+		return nil, false
+	}
+	b, ok := r.load(e)
+	if !ok {
+		r.stats.RAMMisses.Add(1)
+		return nil, false
 	}
 	r.stats.RAMHits.Add(1)
-	return e.data, true
+	return b, true
+}
+
+// ReadPart copies into p the bytes at off of block k, n bytes long, from
+// the tier's file: a read of part of a block copies that part, where Get
+// copies the whole block out. It reports false when the tier does not
+// hold the block (or keeps its blocks on the heap, where Get costs no
+// copy), or holds a shorter one (written under another block size).
+func (r *RAM) ReadPart(k Key, n int64, p []byte, off int64) bool {
+	if r.file == nil || off < 0 || off+int64(len(p)) > n {
+		return false
+	}
+	e := r.lookup(k)
+	if e == nil || e.n < n || !e.pin() {
+		return false
+	}
+	err := r.file.read(e.off+off, p)
+	if e.unpin() {
+		r.punch(e)
+	}
+	if err != nil {
+		return false
+	}
+	r.stats.RAMHits.Add(1)
+	return true
+}
+
+// lookup returns the entry for k, or nil.
+func (r *RAM) lookup(k Key) *ramEntry {
+	e, ok := r.get(k)
+	if !ok || e == nil || e.key != k {
+		e = r.pending(k)
+	}
+	return e
 }
 
 // pending returns the block for k if it is held but not found in ristretto
@@ -171,10 +330,23 @@ func (r *RAM) pending(k Key) *ramEntry {
 	return r.held[k]
 }
 
-// Put stores b under k and takes ownership of b. It may be dropped.
+// Put stores b under k. With a file it copies b there (the caller keeps
+// b), else it takes ownership of b. It may be dropped.
 func (r *RAM) Put(k Key, b []byte) {
 	r.stats.RAMPuts.Add(1)
-	e := &ramEntry{key: k, data: b}
+	e := &ramEntry{key: k, data: b, n: int64(len(b)), cost: int64(cap(b))}
+	if r.file != nil {
+		if r.victim.Load() != nil && r.pending(k) != nil {
+			return // held (see below): checked first to save the copy
+		}
+		off, err := r.file.write(b)
+		if err != nil {
+			r.stats.RAMFileErrors.Add(1)
+			r.stats.RAMDropped.Add(1)
+			return
+		}
+		e.data, e.off, e.cost = nil, off, pages(e.n)
+	}
 	if r.victim.Load() != nil {
 		r.mu.Lock()
 		if r.held[k] != nil {
@@ -182,24 +354,27 @@ func (r *RAM) Put(k Key, b []byte) {
 			// bytes (a key names one version). A second Set would be
 			// refused as a duplicate and take k out of held.
 			r.mu.Unlock()
+			r.leave(e)
 			return
 		}
 		if r.forgetting[k] > 0 {
 			r.mu.Unlock()
 			r.stats.RAMDropped.Add(1)
+			r.leave(e)
 			return
 		}
 		r.held[k] = e
 		r.mu.Unlock()
 	}
-	r.stats.RAMBytes.Add(int64(cap(b))) // before Set: OnExit may run at once
+	r.stats.RAMBytes.Add(e.cost) // before Set: OnExit may run at once
 	r.life.RLock()
-	set := !r.closed && r.c.Set(ramKey(k), e, int64(cap(b)))
+	set := !r.closed && r.c.Set(ramKey(k), e, e.cost)
 	r.life.RUnlock()
 	if !set {
-		r.stats.RAMBytes.Add(-int64(cap(b)))
+		r.stats.RAMBytes.Add(-e.cost)
 		r.stats.RAMDropped.Add(1)
 		r.givenUp(e)
+		r.leave(e) // never entered: no OnExit
 	}
 }
 
@@ -253,14 +428,17 @@ func (r *RAM) Flush() {
 	}
 }
 
-// Close releases the cache. Afterwards the tier holds nothing, Puts are
-// dropped and Gets miss.
+// Close releases the cache and its file. Afterwards the tier holds
+// nothing, Puts are dropped and Gets miss.
 func (r *RAM) Close() {
 	r.life.Lock()
 	defer r.life.Unlock()
 	if !r.closed {
 		r.closed = true
 		r.c.Close()
+		if r.file != nil {
+			r.file.close() // a copy out still under way fails: a miss
+		}
 	}
 }
 

@@ -12,6 +12,9 @@ type Stats struct {
 	RAMDropped   atomic.Int64 // Sets ristretto refused or dropped (best effort)
 	RAMEvictions atomic.Int64
 	RAMBytes     atomic.Int64 // gauge: bytes of blocks the RAM tier holds or is about to
+	// RAMFileErrors: copies into the RAM tier's memory file that failed
+	// (the block dropped) and pages it could not give back.
+	RAMFileErrors atomic.Int64
 
 	DiskHits        atomic.Int64
 	DiskMisses      atomic.Int64
@@ -35,6 +38,7 @@ type Stats struct {
 // StatsSnapshot is a plain copy of Stats at one moment.
 type StatsSnapshot struct {
 	RAMHits, RAMMisses, RAMPuts, RAMDropped, RAMEvictions, RAMBytes int64
+	RAMFileErrors                                                   int64
 
 	DiskHits, DiskMisses, DiskPartHits, DiskReadBytes, DiskWrites int64
 	DiskWriteBytes                                                int64
@@ -53,6 +57,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RAMDropped:          s.RAMDropped.Load(),
 		RAMEvictions:        s.RAMEvictions.Load(),
 		RAMBytes:            s.RAMBytes.Load(),
+		RAMFileErrors:       s.RAMFileErrors.Load(),
 		DiskHits:            s.DiskHits.Load(),
 		DiskMisses:          s.DiskMisses.Load(),
 		DiskPartHits:        s.DiskPartHits.Load(),

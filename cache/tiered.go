@@ -134,24 +134,43 @@ func (t *Tiered) Peek(k Key) (b []byte, inRAM, ok bool) {
 	return nil, false, false
 }
 
-// ReadPart reads part of block k (n bytes long) from the disk tier, as
-// Disk.ReadPart does, when RAM does not hold the block: a block in RAM is
-// read whole from there (Get), at no cost. A part read from disk is not
-// promoted: the reader wanted only that part.
+// InRAM reports whether the RAM tier holds k, without reading it or
+// counting an access (as far as the tier can tell: see RAM.Contains).
+func (t *Tiered) InRAM(k Key) bool {
+	c, ok := t.ram.(container)
+	return ok && c.Contains(k)
+}
+
+// partReader is a tier that can read part of a block (Disk, RAM in a
+// memory file).
+type partReader interface {
+	ReadPart(k Key, n int64, p []byte, off int64) bool
+}
+
+// ReadPart reads part of block k (n bytes long) from the tier that holds
+// it: RAM in a memory file copies out that part; RAM on the heap reads
+// nothing (a block there is read whole, Get, at no cost); else the disk
+// tier, as Disk.ReadPart does. A part read from disk is not promoted: the
+// reader wanted only that part.
 func (t *Tiered) ReadPart(k Key, n int64, p []byte, off int64) bool {
-	pr, ok := t.disk.(interface {
-		ReadPart(Key, int64, []byte, int64) bool
-	})
-	if !ok {
-		return false
-	}
 	if t.ram != nil {
+		if t.ReadRAMPart(k, n, p, off) {
+			return true
+		}
 		// A RAM tier that cannot tell may hold it.
 		if c, ok := t.ram.(container); !ok || c.Contains(k) {
 			return false
 		}
 	}
-	return pr.ReadPart(k, n, p, off)
+	pr, ok := t.disk.(partReader)
+	return ok && pr.ReadPart(k, n, p, off)
+}
+
+// ReadRAMPart reads part of block k (n bytes long) from RAM alone, where
+// RAM copies out parts (RAM.ReadPart).
+func (t *Tiered) ReadRAMPart(k Key, n int64, p []byte, off int64) bool {
+	pr, ok := t.ram.(partReader)
+	return ok && pr.ReadPart(k, n, p, off)
 }
 
 // Full reports whether a block put now would push another out of the
@@ -182,6 +201,14 @@ func (t *Tiered) Put(k Key, b []byte) {
 	if t.disk != nil && t.victimRAM == nil {
 		t.disk.Put(k, b)
 	}
+}
+
+// PutCopies reports whether Put copies the block, so that the caller may
+// reuse its buffer: when a RAM tier that copies (a memory file) takes
+// every Put, and the disk tier only what RAM gives up (or there is none).
+func (t *Tiered) PutCopies() bool {
+	c, ok := t.ram.(interface{ PutCopies() bool })
+	return ok && c.PutCopies() && (t.disk == nil || t.victimRAM != nil)
 }
 
 // Forget drops k from the RAM tier without writing it to the disk tier:

@@ -44,9 +44,9 @@ type Reader interface {
 
 // viewReader is a Reader that can hand out its bytes without a copy into p
 // (prefetch's reader does): the slice it returns is written to the kernel
-// as it is.
+// as it is, and done, when not nil, is called once it is written.
 type viewReader interface {
-	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
+	ReadView(ctx context.Context, p []byte, off int64) (data []byte, done func(), err error)
 }
 
 // Opener makes a Reader for an object version (one per pass over a file).
@@ -921,11 +921,12 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 		return gofuse.ReadResultData(nil), 0
 	}
 	var data []byte
+	var done func()
 	var err error
 	rd := n.reader(off)
 	switch r := rd.(type) {
 	case viewReader:
-		data, err = r.ReadView(ctx, dest, off)
+		data, done, err = r.ReadView(ctx, dest, off)
 	default:
 		var got int
 		got, err = r.ReadAt(ctx, dest, off)
@@ -947,10 +948,33 @@ func (n *fileNode) Read(ctx context.Context, _ gofs.FileHandle, dest []byte, off
 		err = fmt.Errorf("%w: ended at %d of %d bytes", io.ErrUnexpectedEOF, off+int64(len(data)), n.obj.Size)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
+		if done != nil {
+			done()
+		}
 		return nil, n.fsys.fail("read", fmt.Sprintf("%s@%d", n.obj.Key, off), err)
+	}
+	if done != nil {
+		return &viewResult{data: data, done: done}, 0
 	}
 	return gofuse.ReadResultData(data), 0
 }
+
+// viewResult is a READ reply written from a view its reader holds until
+// the reply is written: go-fuse calls Done after the write. Slices makes
+// go-fuse write it as it is, in every mode: a ReadResult without it has
+// its Done called before the write where splice is off (go-fuse v2.12).
+type viewResult struct {
+	data []byte
+	done func()
+}
+
+func (r *viewResult) Size() int { return len(r.data) }
+
+func (r *viewResult) Bytes([]byte) ([]byte, gofuse.Status) { return r.data, gofuse.OK }
+
+func (r *viewResult) Slices() ([][]byte, gofuse.Status) { return [][]byte{r.data}, gofuse.OK }
+
+func (r *viewResult) Done() { r.done() }
 
 // healStale asks the store about n's key (askLoop) and lists n's directory
 // again (heal) after a read found its object changed or deleted since it

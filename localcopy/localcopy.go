@@ -45,9 +45,10 @@ type Reader interface {
 
 // viewReader is a Reader that can hand out its bytes without a copy (the
 // prefetch loader's can, for a read within one block): the copy is then
-// written straight from the loader's block.
+// written straight from the loader's block, which done, when not nil,
+// lets go.
 type viewReader interface {
-	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
+	ReadView(ctx context.Context, p []byte, off int64) (data []byte, done func(), err error)
 }
 
 // Opener opens a Reader for an object version.
@@ -662,21 +663,28 @@ func (c *Copies) write(obj store.Object) (string, uint64, error) {
 	for off < obj.Size {
 		p := buf[:min(int64(len(buf)), obj.Size-off)]
 		var data []byte
+		var done func()
 		var err error
 		if isView {
-			data, err = view.ReadView(c.ctx, p, off)
+			data, done, err = view.ReadView(c.ctx, p, off)
 		} else {
 			var n int
 			n, err = r.ReadAt(c.ctx, p, off)
 			data = p[:n]
 		}
+		var werr error
 		if n := len(data); n > 0 {
-			if _, werr := f.WriteAt(data, off); werr != nil {
-				return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, werr)
+			if _, werr = f.WriteAt(data, off); werr == nil {
+				d.Write(data)
+				c.stats.Written.Add(int64(n))
+				off += int64(n)
 			}
-			d.Write(data)
-			c.stats.Written.Add(int64(n))
-			off += int64(n)
+		}
+		if done != nil {
+			done()
+		}
+		if werr != nil {
+			return "", 0, fmt.Errorf("local copy of %s: %w", obj.Key, werr)
 		}
 		if err != nil && !(errors.Is(err, io.EOF) && off == obj.Size) {
 			if errors.Is(err, io.EOF) {

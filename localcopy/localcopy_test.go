@@ -39,21 +39,28 @@ func (m *memOpener) Open(obj store.Object) Reader {
 	return &memReader{m: m, obj: obj}
 }
 
-// memViewReader hands out a slice of the object itself, as the loader
-// hands out its block.
+// memViewReader hands out views held until done, as the loader hands out
+// a block of its pool: done poisons the view, so a copy that used it after
+// done would hold garbage.
 type memViewReader struct{ *memReader }
 
-func (r memViewReader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, error) {
+func (r memViewReader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, func(), error) {
 	r.m.viewed.Add(1)
 	d := r.m.data[r.obj.Key]
 	if off >= int64(len(d)) {
-		return nil, io.EOF
+		return nil, nil, io.EOF
 	}
 	end := min(off+int64(len(p)), int64(len(d)))
-	if end < off+int64(len(p)) {
-		return d[off:end], io.EOF
+	v := bytes.Clone(d[off:end])
+	done := func() {
+		for i := range v {
+			v[i] = 0xdb
+		}
 	}
-	return d[off:end], nil
+	if end < off+int64(len(p)) {
+		return v, done, io.EOF
+	}
+	return v, done, nil
 }
 
 type memReader struct {

@@ -314,12 +314,15 @@ func (d dirSiblings) Dirs(dir string) []string {
 	return out
 }
 
-// newTestLoader builds a loader closed at the end of the test.
+// newTestLoader builds a loader closed at the end of the test. Its pool
+// poisons each buffer given back, so that a holder reading a block after
+// its release sees garbage.
 func newTestLoader(t testing.TB, st store.Store, tier cache.Tier, opts Options) *Loader {
 	t.Helper()
 	if opts.Stats == nil {
 		opts.Stats = &Stats{}
 	}
+	opts.poisonPool = true
 	l := NewLoader(st, tier, opts)
 	t.Cleanup(func() { l.Close() })
 	return l

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func (c *checkingPageCache) Store(obj store.Object, off int64, data []byte) erro
 
 // heldView is the bytes a read returned, kept as a FUSE reply keeps them
 // (go-fuse writes the reply after Read returns, from the slice ReadView
-// gave), with where they came from.
+// gave, and then calls its done, if any), with where they came from.
 type heldView struct {
 	obj store.Object
 	off int64
@@ -48,11 +49,12 @@ type heldView struct {
 // to), tier hits kept ready for their next pieces (large blocks), and the
 // sweep. It checks every byte: as a read returns it, again after later
 // reads and after the loader closes (a reply is written after the read
-// returns), and as each push arrives. Blocks are never reused today; a
-// change that reuses block memory must keep it passing, and should poison
-// each buffer as its tests release it: block buffers taken from a ring of
-// up to 16 MiB fail this test as it is, a larger ring outlives what it
-// holds.
+// returns; a view of a pool buffer until its done), and as each push
+// arrives. The blocks are received into buffers of the loader's pool (the
+// RAM tier copies what it keeps), which the test loader poisons as each is
+// given back: a holder that reads a block after its release, or a release
+// before the last holder lets go, fails the checks. (Block buffers taken
+// from a ring of up to 16 MiB with no reference counts failed them too.)
 func TestBytesStayWithEveryHolder(t *testing.T) {
 	const (
 		files   = 120
@@ -64,11 +66,13 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 		bs       int64 // block size: above keepHitsAbove, tier hits are kept ready
 		announce bool  // else directory order (the sweep and directory prefetch)
 		disk     bool
+		pool     int64 // the loader's RecvPool, in blocks (0: the default)
 	}{
-		{"announced, RAM tier", 64 << 10, true, false},
-		{"announced, RAM and disk tiers", 64 << 10, true, true},
-		{"announced, large blocks, RAM and disk tiers", 256 << 10, true, true},
-		{"directory order, RAM and disk tiers", 64 << 10, false, true},
+		{"announced, RAM tier", 64 << 10, true, false, 0},
+		{"announced, RAM and disk tiers", 64 << 10, true, true, 0},
+		{"announced, RAM and disk tiers, one-block pool", 64 << 10, true, true, 1},
+		{"announced, large blocks, RAM and disk tiers", 256 << 10, true, true, 0},
+		{"directory order, RAM and disk tiers", 64 << 10, false, true, 0},
 	} {
 		bs := tc.bs
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,7 +104,7 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 			l := newTestLoader(t, st, tier, Options{
 				BlockSize: bs, SmallObject: bs, CrossFile: true, FileLead: 16,
 				ReadAhead: 4, Workers: 4, MemoryBudget: 12 * (bs + blockOverhead), Stats: stats,
-				SweepBytes: 64 << 20, SweepPushBytes: 64 << 20,
+				SweepBytes: 64 << 20, SweepPushBytes: 64 << 20, RecvPool: tc.pool * bs,
 			})
 			pc := &checkingPageCache{fakePageCache: newFakePageCache(), t: t, st: st}
 			l.SetPageCache(pc)
@@ -117,7 +121,8 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 				return true
 			}
 			var heldMu sync.Mutex
-			var allHeld []heldView // every reader's views at the end of its epoch
+			var lentViews atomic.Int64 // views of pool buffers, held until done
+			var allHeld []heldView     // every reader's views at the end of its epoch
 			for epoch := range 2 {
 				order := slices.Clone(objs)
 				if tc.announce {
@@ -132,20 +137,37 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 						var held []heldView
 						// readFile reads obj to its end in reads of random
 						// sizes, half of them views, checking each as read and
-						// one held view again; false once a check failed.
+						// one held view again; false once a check failed. A
+						// view held until done is checked again after the
+						// next read, and then let go.
 						readFile := func(obj store.Object) bool {
 							rd := l.Open(obj)
 							defer rd.Close()
+							var lent heldView
+							var lentDone func()
+							defer func() {
+								if lentDone != nil {
+									lentDone()
+								}
+							}()
 							for off := int64(0); off < obj.Size; {
 								p := make([]byte, 4<<10+rng.IntN(int(2*bs)))
 								var got []byte
+								var done func()
 								var err error
 								if rng.IntN(2) == 0 {
 									var n int
 									n, err = rd.ReadAt(context.Background(), p, off)
 									got = p[:n]
 								} else {
-									got, err = rd.(viewReader).ReadView(context.Background(), p, off)
+									got, done, err = rd.(viewReader).ReadView(context.Background(), p, off)
+								}
+								if lentDone != nil {
+									if !check(lent, "held across the next read") {
+										return false
+									}
+									lentDone()
+									lentDone = nil
 								}
 								switch {
 								case err != nil && err != io.EOF:
@@ -156,8 +178,16 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 									return false
 								}
 								v := heldView{obj, off, got}
+								if done != nil {
+									lent, lentDone = v, done
+									lentViews.Add(1)
+								}
 								if !check(v, "as read") {
 									return false
+								}
+								if done != nil {
+									off += int64(len(got))
+									continue
 								}
 								if len(held) < keep {
 									held = append(held, v)
@@ -193,8 +223,9 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 					break
 				}
 			}
-			t.Logf("pushed %d, ready hits %d, shared fetches %d, cache hits %d, prefetched %d",
-				stats.Pushed.Load(), stats.ReadyHits.Load(), stats.Shared.Load(), stats.CacheHits.Load(), stats.PrefetchIssued.Load())
+			t.Logf("pushed %d, ready hits %d, shared fetches %d, cache hits %d, prefetched %d, pool reused %d made %d missed %d",
+				stats.Pushed.Load(), stats.ReadyHits.Load(), stats.Shared.Load(), stats.CacheHits.Load(), stats.PrefetchIssued.Load(),
+				stats.PoolReused.Load(), stats.PoolMade.Load(), stats.PoolMissed.Load())
 			for _, c := range []struct {
 				what string
 				n    int64
@@ -203,6 +234,8 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 				{"reads from the ready map", stats.ReadyHits.Load()},
 				{"reads joining a fetch", stats.Shared.Load()},
 				{"reads from the cache tier", stats.CacheHits.Load()},
+				{"bodies received into a buffer given back before", stats.PoolReused.Load()},
+				{"views of pool buffers", lentViews.Load()},
 			} {
 				if c.n == 0 {
 					t.Errorf("no %s: the test no longer covers them", c.what)
@@ -214,5 +247,5 @@ func TestBytesStayWithEveryHolder(t *testing.T) {
 
 // viewReader is the zero-copy read the fuse layer uses (reader.ReadView).
 type viewReader interface {
-	ReadView(ctx context.Context, p []byte, off int64) ([]byte, error)
+	ReadView(ctx context.Context, p []byte, off int64) (data []byte, done func(), err error)
 }

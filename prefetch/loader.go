@@ -90,6 +90,12 @@ type Options struct {
 	// DirHits is how many consecutive in-order opens in one directory start
 	// directory-order prefetch (2).
 	DirHits int
+	// RecvPool bounds the buffers that fetches receive bodies into and
+	// reuse once their blocks are let go (128 MiB, at most a quarter of
+	// MemoryBudget: the free buffers are memory beside it; negative: none,
+	// each body in a buffer of its own). Used only over a tier whose Put
+	// copies (cache.RAM in a memory file) or none: see bufPool.
+	RecvPool int64
 	// ReadyTTL: a ready block not read for this long may be evicted by new
 	// prefetch when the budget is full, and is given up anyway within half
 	// that again (30 s); until then only a foreground read evicts it.
@@ -122,6 +128,8 @@ type Options struct {
 	Siblings Siblings
 	Logger   *slog.Logger
 	Stats    *Stats
+
+	poisonPool bool // tests: the pool poisons each buffer given back (bufPool.poison)
 }
 
 func (o Options) withDefaults() Options {
@@ -164,6 +172,10 @@ func (o Options) withDefaults() Options {
 	if o.ReadyTTL <= 0 {
 		o.ReadyTTL = 30 * time.Second
 	}
+	if o.RecvPool == 0 {
+		o.RecvPool = 128 << 20
+	}
+	o.RecvPool = min(o.RecvPool, o.MemoryBudget/4)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -198,6 +210,7 @@ type Loader struct {
 	plan      *planner      // nil unless CrossFile
 	sweep     *sweeper      // nil unless CrossFile
 	maxPfetch int64         // cap on prefetch flights (each holds a goroutine)
+	pool      *bufPool      // nil: each body in a buffer of its own
 	handed    *handedSet    // blocks handed to the kernel lately
 	chances   *chanceSet    // blocks readers at random offsets missed while the cache was full (readPart)
 
@@ -278,6 +291,10 @@ type flight struct {
 	done     chan struct{}
 	data     []byte // set before done is closed
 	err      error  // set before done is closed
+	// lent: data is a buffer of the loader's pool, given back (and data
+	// cleared, under Loader.mu) with the last reference. Set before done
+	// is closed.
+	lent bool
 
 	charge  int64         // guarded by Loader.mu: bytes held in the budget
 	queued  bool          // guarded by Loader.mu: in a run, behind the block its GET reads now
@@ -309,6 +326,7 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 		gets:      make(chan struct{}, opts.MaxInflight),
 		pgets:     make(chan struct{}, max(1, opts.MaxInflight*3/4)),
 		maxPfetch: int64(4 * opts.MaxInflight),
+		pool:      poolOver(tier, opts),
 		handed:    newHandedSet(opts.HandedKeep),
 		chances:   newChanceSet(),
 		flights:   make(map[cache.Key]*flight),
@@ -331,6 +349,23 @@ func NewLoader(st store.Store, tier cache.Tier, opts Options) *Loader {
 	l.wg.Add(1)
 	go l.expireReady()
 	return l
+}
+
+// copier is a tier whose Put copies the block, so that the caller may
+// reuse its buffer (cache.RAM in a memory file, cache.Tiered over one).
+type copier interface{ PutCopies() bool }
+
+// poolOver returns the pool of receive buffers for a loader over tier: nil
+// when the tier keeps the buffers Put hands it.
+func poolOver(tier cache.Tier, opts Options) *bufPool {
+	if c, ok := tier.(copier); tier != nil && (!ok || !c.PutCopies()) || opts.RecvPool < 0 {
+		return nil
+	}
+	p := newBufPool(opts.RecvPool, opts.BlockSize, opts.Stats)
+	if p != nil {
+		p.poison = opts.poisonPool
+	}
+	return p
 }
 
 // expireReady gives up, every ReadyTTL/2, the ready blocks no read touched
@@ -428,9 +463,11 @@ type remover interface{ Remove(cache.Key) }
 type backlogger interface{ Backlogged() bool }
 
 // peeker is a tier that can hand out a block without promoting it to RAM,
-// and say whether RAM held it (cache.Tiered).
+// and say whether RAM held it, or holds it without reading it
+// (cache.Tiered).
 type peeker interface {
 	Peek(cache.Key) (b []byte, inRAM, ok bool)
+	InRAM(cache.Key) bool
 }
 
 // tierPresent says whether the cache tier holds block k (n bytes) of obj,
@@ -448,8 +485,8 @@ type peeker interface {
 // leaves it there for the reader.
 func (l *Loader) tierPresent(obj store.Object, k cache.Key, n int64, land landing) bool {
 	if p, ok := l.tier.(peeker); ok && land&landKernel != 0 {
-		if l.handed.has(k) && l.tierHas(k) {
-			return true // from the index: no disk read for a block not pushed
+		if l.handed.has(k) && l.tierHas(k) || p.InRAM(k) {
+			return true // from the index: no read (a copy out of RAM) for a block not pushed
 		}
 		data, inRAM, ok := p.Peek(k)
 		if ok {
@@ -881,7 +918,14 @@ func (l *Loader) removeReadyLocked(f *flight) (charge int64) {
 // the budget (after unlocking) when it was the last.
 func (l *Loader) unrefLocked(f *flight) int64 {
 	f.refs--
-	if f.refs > 0 || f.charge == 0 {
+	if f.refs > 0 {
+		return 0
+	}
+	if f.lent {
+		l.pool.put(f.data)
+		f.data, f.lent = nil, false
+	}
+	if f.charge == 0 {
 		return 0
 	}
 	c := f.charge
@@ -960,14 +1004,14 @@ func (l *Loader) runRead(f *flight) {
 	ctx := l.ctx
 	n := f.n + blockOverhead
 	if err := l.mem.acquire(ctx, n, l.evictForRead, readIdle/4); err != nil {
-		l.finish(f, nil, l.closedErr(f, err))
+		l.finish(f, nil, false, l.closedErr(f, err))
 		return
 	}
 	l.mu.Lock()
 	f.charge = n
 	l.mu.Unlock()
 	if err := acquireSlot(ctx, l.gets); err != nil {
-		l.finish(f, nil, l.closedErr(f, err))
+		l.finish(f, nil, false, l.closedErr(f, err))
 		return
 	}
 	defer func() { <-l.gets }()
@@ -989,7 +1033,7 @@ func (l *Loader) runBlocks(run []*flight) {
 	if err != nil {
 		err = l.closedErr(run[0], err)
 		for _, f := range run {
-			l.finish(f, nil, err)
+			l.finish(f, nil, false, err)
 		}
 		return
 	}
@@ -997,9 +1041,10 @@ func (l *Loader) runBlocks(run []*flight) {
 }
 
 // finish publishes the outcome of f's fetch, files the block (cache tier,
-// ready map, page cache) and drops the fetch's reference.
-func (l *Loader) finish(f *flight, data []byte, err error) {
-	f.data, f.err = data, err
+// ready map, page cache) and drops the fetch's reference. lent says data
+// is a buffer of the pool.
+func (l *Loader) finish(f *flight, data []byte, lent bool, err error) {
+	f.data, f.lent, f.err = data, lent, err
 	// Fill the cache before waking the waiters (a Fill that returns has
 	// its blocks in the tier) and before leaving the flights map, so that
 	// a read arriving now joins this flight instead of fetching again. A
@@ -1100,16 +1145,19 @@ func (l *Loader) fetchErr(ctx context.Context, obj store.Object, off int64, got 
 	return fmt.Errorf("prefetch: fetch %q block at %d: %w", obj.Key, off, err)
 }
 
-// readBlock reads the next n bytes of body, those at off of the object, into
-// a block of their own. On error the bytes read so far come with it.
-func readBlock(body io.Reader, off, n int64) ([]byte, error) {
-	buf := make([]byte, n)
-	prefault(buf)
+// readBlock reads the next n bytes of body, those at off of the object,
+// into a buffer of the pool (lent) or of their own. On error the bytes read
+// so far come with it.
+func (l *Loader) readBlock(body io.Reader, off, n int64) (_ []byte, lent bool, _ error) {
+	buf, lent := l.pool.get(n)
+	if !lent {
+		prefault(buf)
+	}
 	got, err := io.ReadFull(body, buf)
 	if err != nil {
-		return buf[:got], fmt.Errorf("read body [%d,+%d) after %d bytes: %w", off, n, got, err)
+		return buf[:got], lent, fmt.Errorf("read body [%d,+%d) after %d bytes: %w", off, n, got, err)
 	}
-	return buf, nil
+	return buf, lent, nil
 }
 
 // fetchRun fetches run, consecutive blocks of one object, from st with one
@@ -1140,8 +1188,9 @@ func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
 			l.mu.Unlock()
 		}
 		var data []byte
+		var lent bool
 		if err == nil {
-			data, err = readBlock(rc, off, f.n)
+			data, lent, err = l.readBlock(rc, off, f.n)
 			err = l.fetchErr(ctx, obj, off, len(data), err)
 			off += f.n
 			if err != nil || i == len(run)-1 {
@@ -1149,9 +1198,12 @@ func (l *Loader) fetchRun(ctx context.Context, st store.Store, run []*flight) {
 			}
 		}
 		if err != nil {
-			data = nil
+			if lent {
+				l.pool.put(data)
+			}
+			data, lent = nil, false
 		}
-		l.finish(f, data, err)
+		l.finish(f, data, lent, err)
 	}
 }
 

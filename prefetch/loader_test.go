@@ -457,7 +457,7 @@ func TestReadAfterFailureFetchesAgain(t *testing.T) {
 	l.mu.Lock()
 	failed := l.registerLocked(obj, 0, obj.Size, false, false)
 	finished := make(chan struct{})
-	go func() { l.finish(failed, nil, errors.New("outage")); close(finished) }()
+	go func() { l.finish(failed, nil, false, errors.New("outage")); close(finished) }()
 	select {
 	case <-failed.done:
 		if l.flights[k] == failed {
@@ -537,12 +537,16 @@ func TestRandomReadsByteExact(t *testing.T) {
 							n, err = r.ReadAt(context.Background(), p, off)
 						} else { // the same bytes without a copy when they lie in one block
 							var v []byte
-							v, err = r.(viewReader).ReadView(context.Background(), p, off)
+							var done func()
+							v, done, err = r.(viewReader).ReadView(context.Background(), p, off)
 							if len(v) > len(p) {
 								t.Errorf("ReadView gave %d bytes for %d", len(v), len(p))
 								return
 							}
 							n = copy(p, v)
+							if done != nil {
+								done()
+							}
 						}
 						wantN := max(0, min(int64(len(p)), size-off))
 						if int64(n) != wantN {

@@ -106,6 +106,33 @@ func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []by
 	return true, l.fetchPart(ctx, obj, i, bOff+off, p)
 }
 
+// ramPartReader is a tier that can read part of a block from RAM alone
+// (cache.Tiered over a RAM tier in a memory file).
+type ramPartReader interface {
+	ReadRAMPart(k cache.Key, n int64, p []byte, off int64) bool
+}
+
+// readRAMPart reads p at off within block i of obj from a RAM tier that
+// copies out parts, when no flight holds or fetches the block: the read's
+// own bytes, where a whole block read (startRead) would copy the block
+// out of the tier for one piece of it, into memory of its own.
+func (l *Loader) readRAMPart(obj store.Object, i int64, p []byte, off int64) bool {
+	rp, ok := l.tier.(ramPartReader)
+	if !ok {
+		return false
+	}
+	k := l.key(obj, i)
+	_, n := l.blockRange(obj, i)
+	l.mu.Lock()
+	busy := l.closed || l.ready[k] != nil || l.flights[k] != nil
+	l.mu.Unlock()
+	if busy || !rp.ReadRAMPart(k, n, p, off) {
+		return false
+	}
+	l.stats.CacheHits.Add(1)
+	return true
+}
+
 // cacheFull reports whether a block fetched now would push another out of
 // the cache: with no tier, nothing keeps it.
 func (l *Loader) cacheFull() bool {

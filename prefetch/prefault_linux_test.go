@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/dataccel/dataccel/cache"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,14 +53,17 @@ func TestPrefault(t *testing.T) {
 // BenchmarkBodyIntoMemory reads a GET body's bytes from a loopback socket
 // into 1 MiB blocks, as fetchRun does, and reports MB/s by where the blocks
 // go: one reused buffer (what a GET client with its own buffers pays);
-// readBlock's fresh, prefaulted buffers, kept as the RAM tier keeps them
-// (up to 1 GiB, then let go); a reused buffer whose bytes are then kept in
-// a memfd (kernel memory, written through the kernel's own mapping); and a
-// 256 MiB ring touched beforehand, in 2 MiB pages where the kernel gives
-// them (memory a pool would reuse). On a VM that faults fresh memory in
-// from its host, fresh-kept is several times slower than the others
-// (bench/RESULTS.md, session 52): it is the cost of the mount's socket
-// reads in a cold epoch.
+// readBlock's fresh, prefaulted buffers with no pool, kept as a RAM tier on
+// the heap keeps them (up to 1 GiB, then let go); a reused buffer whose
+// bytes are then kept in a memfd (kernel memory, written through the
+// kernel's own mapping); a 256 MiB ring touched beforehand, in 2 MiB pages
+// where the kernel gives them; and the loader's own path over a RAM tier
+// in a memory file: readBlock into a buffer of the pool, the tier's Put,
+// the buffer given back. On a VM that faults fresh memory in from its
+// host, fresh-kept is several times slower than the others
+// (bench/RESULTS.md, session 52): it was the cost of the mount's socket
+// reads in a cold epoch, until session 53 put the RAM tier in a memory
+// file and the bodies in pooled buffers.
 func BenchmarkBodyIntoMemory(b *testing.B) {
 	const block = 1 << 20
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -109,7 +113,7 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 					clear(kept) // let the kept blocks go (1 GiB)
 					kept = kept[:0]
 				}
-				buf, err := readBlock(conn, 0, block)
+				buf, _, err := (&Loader{}).readBlock(conn, 0, block)
 				kept = append(kept, buf)
 				return err
 			}
@@ -129,6 +133,27 @@ func BenchmarkBodyIntoMemory(b *testing.B) {
 				}
 				_, err := unix.Pwrite(fd, reused, int64(i%1024)*block)
 				return err
+			}
+		}},
+		{"pool-then-ram-file", func(b *testing.B) func(int) error {
+			stats := &cache.Stats{}
+			ram, err := cache.NewRAM(1<<30, stats)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(ram.Close)
+			l := &Loader{pool: newBufPool(64<<20, block, &Stats{})}
+			return func(i int) error {
+				buf, lent, err := l.readBlock(conn, 0, block)
+				if err != nil {
+					return err
+				}
+				ram.Put(cache.Key{Object: "o", Block: int64(i % 1024)}, buf)
+				if !ram.PutCopies() || !lent {
+					b.Fatal("the RAM tier keeps its blocks on the heap, or the pool lent nothing")
+				}
+				l.pool.put(buf)
+				return nil
 			}
 		}},
 		{"ring-touched-before", func(b *testing.B) func(int) error {

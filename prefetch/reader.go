@@ -68,7 +68,7 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 	n := 0
 	for b := first; b <= last; b++ {
-		data, err := r.piece(ctx, b, off, end, acc, p[n:])
+		data, _, err := r.piece(ctx, b, off, end, acc, p[n:], false)
 		if err != nil {
 			return n, err
 		}
@@ -81,27 +81,30 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 // ReadView reads like ReadAt into p, but when the bytes lie in one block it
-// returns a slice of the block itself instead of copying them into p: the
-// caller must not modify it (blocks are never modified or reused, so it
-// stays valid). It returns the bytes read, p[:n] or the block's slice.
-func (r *reader) ReadView(ctx context.Context, p []byte, off int64) ([]byte, error) {
+// returns a slice of the block itself instead of copying them into p. The
+// caller must not modify it. It stays valid until the caller calls done,
+// when done is not nil (a buffer of the loader's pool, which the loader
+// lends again once its block is let go); else for good (blocks of their
+// own are never modified or reused). It returns the bytes read, p[:n] or
+// the block's slice.
+func (r *reader) ReadView(ctx context.Context, p []byte, off int64) (data []byte, done func(), err error) {
 	l := r.l
 	end := min(off+int64(len(p)), r.obj.Size)
 	if off < 0 || len(p) == 0 || off >= end || l.blockOf(r.obj, off) != l.blockOf(r.obj, end-1) {
 		n, err := r.ReadAt(ctx, p, off)
-		return p[:n], err
+		return p[:n], nil, err
 	}
 	if err := r.usable(ctx, off, len(p)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.stream(off)
 	b := l.blockOf(r.obj, off)
 	acc := r.readAhead(off, end, b)
-	data, err := r.piece(ctx, b, off, end, acc, p)
+	data, done, err = r.piece(ctx, b, off, end, acc, p, true)
 	if err == nil && len(data) < len(p) {
 		err = io.EOF
 	}
-	return data, err
+	return data, done, err
 }
 
 // usable says why a read of n bytes at off cannot start, if it cannot;
@@ -155,10 +158,13 @@ func (r *reader) stream(off int64) {
 // piece waits for block b and returns its bytes within [off, end), as a
 // slice of the block (full capacity cut, so an append cannot write it) or,
 // when a reader that jumped there reads only them (from the disk tier or
-// the store: see part.go), in dst, which has room for them.
+// the store: see part.go) or the block is a buffer of the pool, in dst,
+// which has room for them. With view, a block in a buffer of the pool is
+// handed out as a slice too, and held until the caller calls done; done is
+// nil otherwise.
 // acc says how the read follows the reader's reads before it: a stream's
 // next read most likely reads on in this block.
-func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst []byte) ([]byte, error) {
+func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst []byte, view bool) (_ []byte, done func(), _ error) {
 	l := r.l
 	bOff, bn := l.blockRange(r.obj, b)
 	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
@@ -184,27 +190,37 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 		}
 		part, err := l.readPart(ctx, r.obj, b, dst[:hi-lo], lo, fetch)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if part {
 			if lost {
 				r.parts.Store(true)
 			}
 			l.handed.mark(l.key(r.obj, b), hi-lo)
-			return dst[:hi-lo], nil
+			return dst[:hi-lo], nil, nil
 		}
 	}
 	if acc == streams && r.parts.Load() {
 		r.parts.Store(false)
 	}
+	if l.readRAMPart(r.obj, b, dst[:hi-lo], lo) {
+		l.handed.mark(l.key(r.obj, b), hi-lo)
+		return dst[:hi-lo], nil, nil
+	}
 	h, err := l.startRead(r.obj, b)
 	if err != nil {
-		return nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
+		return nil, nil, fmt.Errorf("prefetch: read %q: %w", r.obj.Key, err)
 	}
 	data, err := l.wait(ctx, h)
 	if err != nil {
 		l.release(h, relDrop)
-		return nil, err
+		return nil, nil, err
+	}
+	out := data[lo:hi:hi]
+	lent := h.f != nil && h.f.lent
+	if lent && !view {
+		// The pool lends the buffer again once the block is let go.
+		out = dst[:copy(dst, out)]
 	}
 	mode := relKeep
 	switch {
@@ -218,9 +234,13 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 		// would hold budget that the RAM tier then gives up.
 		mode = relConsumed
 	}
-	l.release(h, mode)
 	l.handed.mark(l.key(r.obj, b), hi-lo) // the kernel keeps what a read returns
-	return data[lo:hi:hi], nil
+	if lent && view {
+		var once sync.Once
+		return out, func() { once.Do(func() { l.release(h, mode) }) }, nil
+	}
+	l.release(h, mode)
+	return out, nil, nil
 }
 
 // How a read follows the reader's reads before it (readAhead).

@@ -26,6 +26,10 @@ type Stats struct {
 	PushFailed  atomic.Int64 // pushes the page cache refused (file not looked up, unmounted)
 	PushSkipped atomic.Int64 // pushes skipped because the push queue was full
 
+	PoolReused atomic.Int64 // bodies received into a buffer received into before (bufPool)
+	PoolMade   atomic.Int64 // buffers the pool made
+	PoolMissed atomic.Int64 // bodies received into a buffer of their own, the pool lent out to its bound
+
 	MemInUse atomic.Int64 // gauge: bytes charged to the memory budget now
 	MemPeak  atomic.Int64 // high-water mark of MemInUse
 

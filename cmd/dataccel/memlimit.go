@@ -17,8 +17,8 @@ import (
 const memHeadroom = 192 << 20
 
 // memoryLimitFor returns the soft memory limit for a mount with a RAM cache
-// of ram bytes, holding held bytes (the RAM cache's blocks and the loader's),
-// whose live heap is live bytes. The
+// of ram bytes on the heap, holding held bytes (the RAM cache's blocks and
+// the loader's), whose live heap is live bytes. The
 // default pacing (GOGC=100) lets the heap grow to twice the live heap before
 // collecting, and a full RAM cache is most of the live heap: the process
 // would hold the cache twice over. Only what is not the mount's blocks
@@ -33,8 +33,11 @@ func memoryLimitFor(ram, held, live int64) int64 {
 // limitMemory keeps the runtime's soft memory limit at memoryLimitFor as
 // the live heap changes, until ctx ends, and then puts back the limit it
 // found. It leaves a limit set with GOMEMLIMIT (the Kubernetes manifests
-// set one from the container's limit) alone.
-func limitMemory(ctx context.Context, ram int64, held func() int64, logger *slog.Logger) {
+// set one from the container's limit) alone. blocks returns the bytes of
+// the mount's blocks on the heap, and off it: a RAM cache in a memory file
+// holds the process's memory outside the heap, which leaves the heap that
+// much less of ram.
+func limitMemory(ctx context.Context, ram int64, blocks func() (onHeap, offHeap int64), logger *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
@@ -46,7 +49,8 @@ func limitMemory(ctx context.Context, ram int64, held func() int64, logger *slog
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			live = int64(sample[0].Value.Uint64())
 		}
-		limit := memoryLimitFor(ram, held(), live)
+		onHeap, offHeap := blocks()
+		limit := memoryLimitFor(max(0, ram-offHeap), onHeap, live)
 		debug.SetMemoryLimit(limit)
 		return limit
 	}

@@ -61,7 +61,8 @@ func TestLimitMemory(t *testing.T) {
 			debug.SetMemoryLimit(prev)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { limitMemory(ctx, ram, held.Load, slog.New(slog.DiscardHandler)); close(done) }()
+			blocks := func() (int64, int64) { return held.Load(), 0 }
+			go func() { limitMemory(ctx, ram, blocks, slog.New(slog.DiscardHandler)); close(done) }()
 			deadline := time.Now().Add(2 * time.Second)
 			for debug.SetMemoryLimit(-1) == prev && env == "" && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)

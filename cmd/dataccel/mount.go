@@ -612,8 +612,13 @@ func runMount(ctx context.Context, logger *slog.Logger, f mountFlags, rawURL, di
 	stopBG := func() { cancelBG(); bgWork.Wait() } // nothing may write the cache dir after this
 	defer stopBG()
 	// The RAM cache and the loader's blocks share --ram-cache-size.
-	held := func() int64 { return stats.cache.RAMBytes.Load() + stats.prefetch.MemInUse.Load() }
-	bgWork.Go(func() { limitMemory(bg, p.ramBytes, held, logger) })
+	blocks := func() (onHeap, offHeap int64) {
+		if ram != nil && ram.PutCopies() {
+			return stats.prefetch.MemInUse.Load(), ram.FileBytes()
+		}
+		return stats.cache.RAMBytes.Load() + stats.prefetch.MemInUse.Load(), 0
+	}
+	bgWork.Go(func() { limitMemory(bg, p.ramBytes, blocks, logger) })
 	if p.manifestMode == "refresh" && len(preload) > 0 {
 		dirs := make([]string, len(preload))
 		for i, d := range preload {
