@@ -23,8 +23,10 @@ import (
 // it the blocks still held: the disk tier is written when RAM overflows or
 // the mount ends, not once per fetch.
 type RAM struct {
-	c     *ristretto.Cache[string, *ramEntry]
-	max   int64 // the bound given to NewRAM
+	c   *ristretto.Cache[string, *ramEntry]
+	max int64 // the bound given to NewRAM
+	// bound is max less what Reserve gave to memory held elsewhere.
+	bound atomic.Int64
 	stats *Stats
 	file  *ramFile // where the blocks' bytes live; nil: on the heap
 
@@ -133,6 +135,7 @@ func newRAM(maxBytes int64, stats *Stats, file *ramFile) (*RAM, error) {
 	}
 	counters := min(max(10*maxBytes/assumedBlock, 1000), 50_000_000)
 	r := &RAM{max: maxBytes, stats: stats, file: file}
+	r.bound.Store(maxBytes)
 	c, err := ristretto.NewCache(&ristretto.Config[string, *ramEntry]{
 		NumCounters:        counters,
 		MaxCost:            maxBytes,
@@ -243,7 +246,7 @@ func (r *RAM) leave(e *ramEntry) {
 }
 
 func (r *RAM) punch(e *ramEntry) {
-	if err := r.file.punch(e.off, e.cost); err != nil {
+	if err := r.file.free(e.off, e.cost); err != nil {
 		// The pages stay until the tier closes: memory, not bytes served.
 		r.stats.RAMFileErrors.Add(1)
 	}
@@ -339,6 +342,12 @@ func (r *RAM) Put(k Key, b []byte) {
 		if r.victim.Load() != nil && r.pending(k) != nil {
 			return // held (see below): checked first to save the copy
 		}
+		if bound := r.bound.Load(); r.file.held.Load()+pages(e.n) > bound+bound/8 {
+			// ristretto applies Sets, and evicts for them, in a goroutine of
+			// its own, which lags behind a burst of Puts (or a slow victim):
+			// the file would hold every block put meanwhile. Wait for it.
+			r.Flush()
+		}
 		off, err := r.file.write(b)
 		if err != nil {
 			r.stats.RAMFileErrors.Add(1)
@@ -415,7 +424,9 @@ func (r *RAM) del(k Key) {
 // within it; the tier evicts down to the rest as new blocks arrive. A
 // quarter of the bound always stays the tier's. Safe for concurrent use.
 func (r *RAM) Reserve(n int64) {
-	r.c.UpdateMaxCost(max(r.max/4, r.max-n))
+	bound := max(r.max/4, r.max-n)
+	r.bound.Store(bound)
+	r.c.UpdateMaxCost(bound)
 }
 
 // Flush waits until earlier Puts are applied (ristretto buffers them), so a

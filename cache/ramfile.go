@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // ramFile keeps the RAM tier's bytes out of the process's own pages, in an
@@ -20,7 +21,8 @@ import (
 // what the tier holds. Offsets are never reused: 2^63 bytes outlast any
 // mount.
 type ramFile struct {
-	f *os.File
+	f    *os.File
+	held atomic.Int64 // bytes of the blocks written and not punched out
 
 	mu   sync.Mutex
 	next int64 // guarded by mu: where the next block goes
@@ -39,11 +41,18 @@ func (m *ramFile) write(b []byte) (int64, error) {
 	off := m.next
 	m.next += pages(int64(len(b)))
 	m.mu.Unlock()
+	m.held.Add(pages(int64(len(b))))
 	if _, err := m.f.WriteAt(b, off); err != nil {
-		m.punch(off, pages(int64(len(b)))) // what the short write stored
+		m.free(off, pages(int64(len(b)))) // what the short write stored
 		return 0, fmt.Errorf("ram cache: store %d bytes: %w", len(b), err)
 	}
 	return off, nil
+}
+
+// free punches the n bytes at off (a block's pages) out of the file.
+func (m *ramFile) free(off, n int64) error {
+	m.held.Add(-n)
+	return m.punch(off, n)
 }
 
 // read fills p from offset off.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 )
 
 // newFileRAM returns a RAM tier in a memory file, skipping where the system
@@ -159,5 +160,23 @@ func TestRAMFileKeepsPagesWhileCopying(t *testing.T) {
 	}
 	if e.pin() {
 		t.Fatal("pinned a block gone")
+	}
+}
+
+// TestRAMFileBoundedWhileLagging: ristretto applies Sets (and evicts for
+// them) in a goroutine of its own; with a slow victim it lags behind a
+// burst of Puts, and the file must not hold every block put meanwhile.
+func TestRAMFileBoundedWhileLagging(t *testing.T) {
+	const block, bound = 64 << 10, 1 << 20
+	r := newFileRAM(t, bound, nil)
+	r.setVictim(func(Key, []byte) { time.Sleep(2 * time.Millisecond) })
+	var most int64
+	for i := range 200 {
+		k := testKey("a", int64(i))
+		r.Put(k, blockFor(k, block))
+		most = max(most, r.FileBytes())
+	}
+	if limit := int64(bound + bound/8 + block); most > limit {
+		t.Fatalf("the file held %d bytes, over the bound and its slack (%d)", most, limit)
 	}
 }

@@ -415,3 +415,40 @@ func TestManyRandomReadersTightBudget(t *testing.T) {
 		t.Fatalf("fetched %d bytes for %d read (%.1fx): whole blocks while readers waited for room", got, read, float64(got)/float64(read))
 	}
 }
+
+// TestStreamFromRAMNotLost: a stream that reads a block from a RAM tier in
+// a memory file piece by piece (no block held for it) has not lost it: its
+// next block, in no tier, is fetched whole once memory has room, not by a
+// part GET per read (a helper's review found the regression).
+func TestStreamFromRAMNotLost(t *testing.T) {
+	const bs = 256 << 10
+	st := newFakeStore()
+	obj := st.add("f.bin", 4*bs)
+	src := st.data(obj.Key)
+	ram, err := cache.NewRAM(64<<20, new(cache.Stats))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ram.Close)
+	if !ram.PutCopies() {
+		t.Skip("the RAM tier keeps its blocks on the heap here")
+	}
+	stats := &Stats{}
+	l := newTestLoader(t, st, cache.NewTiered(ram, nil), Options{BlockSize: bs, MemoryBudget: 2 * bs, Stats: stats})
+	for b := range int64(2) {
+		ram.Put(l.key(obj, b), src[b*bs:(b+1)*bs])
+	}
+	ram.Flush()
+	hold := int64(bs + 1) // no room for a block for a while
+	if !l.mem.tryAcquire(hold) {
+		t.Fatal("no budget")
+	}
+	go func() { time.Sleep(300 * time.Millisecond); l.mem.release(hold) }()
+	got, err := readAll(context.Background(), l, obj, 64<<10)
+	if err != nil || !bytes.Equal(got, src) {
+		t.Fatalf("read %d bytes (%v), want the object's %d", len(got), err, len(src))
+	}
+	if p := stats.PartGets.Load(); p != 0 {
+		t.Fatalf("%d part GETs: the stream took a block read from RAM for lost", p)
+	}
+}

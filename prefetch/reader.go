@@ -168,6 +168,13 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	l := r.l
 	bOff, bn := l.blockRange(r.obj, b)
 	lo, hi := max(off, bOff)-bOff, min(end, bOff+bn)-bOff
+	// A block in a RAM tier that copies out parts is read so, whatever
+	// the access: no block held for the next pieces, and no piece of it
+	// counts as lost below.
+	if l.readRAMPart(r.obj, b, dst[:hi-lo], lo) {
+		l.handed.mark(l.key(r.obj, b), hi-lo)
+		return dst[:hi-lo], nil, nil
+	}
 	// A stream reads whole blocks, and holds a block from the disk tier
 	// ready for its next pieces; with no budget to hold it, each piece
 	// would read the whole block from disk again, so it reads its part.
@@ -202,10 +209,6 @@ func (r *reader) piece(ctx context.Context, b, off, end int64, acc access, dst [
 	}
 	if acc == streams && r.parts.Load() {
 		r.parts.Store(false)
-	}
-	if l.readRAMPart(r.obj, b, dst[:hi-lo], lo) {
-		l.handed.mark(l.key(r.obj, b), hi-lo)
-		return dst[:hi-lo], nil, nil
 	}
 	h, err := l.startRead(r.obj, b)
 	if err != nil {

@@ -12,7 +12,7 @@ type Stats struct {
 	Inflight  atomic.Int64 // gauge: loader GETs in flight now
 	PartGets  atomic.Int64 // GETs of part of a block only, for a reader at random offsets (in Gets too)
 
-	CacheHits atomic.Int64 // blocks served from the cache tier
+	CacheHits atomic.Int64 // blocks served from the cache tier (or parts, from a RAM tier in a memory file)
 	ReadyHits atomic.Int64 // blocks served from the ready map
 	Shared    atomic.Int64 // waiters that joined a fetch already in flight (singleflight shares)
 

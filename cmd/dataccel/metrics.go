@@ -56,7 +56,7 @@ func (s *mountStats) metrics() []metric {
 		{"loader_part_gets_total", "fetches of part of a block for a reader at random offsets, with the cache full", &p.PartGets, false},
 		{"loader_get_errors_total", "block fetches that failed", &p.GetErrors, false},
 		{"inflight_gets", "block fetches in flight", &p.Inflight, true},
-		{"loader_cache_hits_total", "blocks served from the cache tiers", &p.CacheHits, false},
+		{"loader_cache_hits_total", "blocks (or parts of blocks read from the RAM cache) served from the cache tiers", &p.CacheHits, false},
 		{"loader_ready_hits_total", "blocks served from prefetched memory", &p.ReadyHits, false},
 		{"loader_shared_total", "reads that joined a fetch already in flight", &p.Shared, false},
 		{"prefetch_issued_total", "prefetch fetches started", &p.PrefetchIssued, false},
