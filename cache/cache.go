@@ -1,8 +1,10 @@
-// Package cache holds fetched object blocks: a RAM tier (ristretto), a disk
+// Package cache holds fetched object blocks: a RAM tier (ristretto; the
+// blocks' bytes in an anonymous memory file where the system has one), a disk
 // tier (log-structured: checksummed records, optionally compressed with s2,
 // appended to a few large segment files on local NVMe with direct I/O where
 // the file system allows it, found through an in-memory index rebuilt at
-// open) and a tiered lookup that promotes disk hits to RAM and writes to
+// open) and a tiered lookup that promotes disk hits to a RAM tier on the
+// heap and writes to
 // disk what RAM gives up (and, at Drain, what it still holds). It owns the
 // on-disk cache format (format.go), the disk eviction policy (Policy: a
 // stable resident set that survives reshuffled epochs, where LRU fails), the

@@ -1544,42 +1544,54 @@ func TestScanSegmentTorn(t *testing.T) {
 }
 
 // RAM hits reach the disk policy through Tiered, so blocks hot in RAM are
-// not evicted from disk as unused.
+// not evicted from disk as unused. A disk hit is promoted to a RAM tier on
+// the heap, not to one in a memory file (a copy for each block read).
 func TestTieredTouchesDisk(t *testing.T) {
-	r, err := NewRAM(64<<20, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
-	tt := NewTiered(r, d)
-	k := testKey("hot", 0)
-	tt.Put(k, blockFor(k, 5000))
-	tt.Flush()
-	d.mu.Lock()
-	before := d.policy.clock
-	d.mu.Unlock()
-	if _, ok := tt.Get(k); !ok {
-		t.Fatal("miss")
-	}
-	d.mu.Lock()
-	after := d.policy.clock
-	d.mu.Unlock()
-	if after != before+1 {
-		t.Fatalf("disk policy clock %d -> %d on a RAM hit, want +1", before, after)
-	}
-	// A disk hit is promoted to RAM.
-	k2 := testKey("diskonly", 0)
-	d.Put(k2, blockFor(k2, 5000))
-	d.Flush()
-	if _, ok := tt.Get(k2); !ok {
-		t.Fatal("disk block missed through Tiered")
-	}
-	r.Flush()
-	if b, ok := r.Get(k2); !ok {
-		t.Fatal("disk hit not promoted to RAM")
-	} else {
-		checkExact(t, k2, b, 5000)
+	for _, heap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("heap=%v", heap), func(t *testing.T) {
+			newRAM := NewRAM
+			if heap {
+				newRAM = NewHeapRAM
+			}
+			r, err := newRAM(64<<20, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
+			tt := NewTiered(r, d)
+			k := testKey("hot", 0)
+			tt.Put(k, blockFor(k, 5000))
+			tt.Flush()
+			d.mu.Lock()
+			before := d.policy.clock
+			d.mu.Unlock()
+			if _, ok := tt.Get(k); !ok {
+				t.Fatal("miss")
+			}
+			d.mu.Lock()
+			after := d.policy.clock
+			d.mu.Unlock()
+			if after != before+1 {
+				t.Fatalf("disk policy clock %d -> %d on a RAM hit, want +1", before, after)
+			}
+			k2 := testKey("diskonly", 0)
+			d.Put(k2, blockFor(k2, 5000))
+			d.Flush()
+			if b, ok := tt.Get(k2); !ok {
+				t.Fatal("disk block missed through Tiered")
+			} else {
+				checkExact(t, k2, b, 5000)
+			}
+			r.Flush()
+			b, promoted := r.Get(k2)
+			if want := !r.PutCopies(); promoted != want {
+				t.Fatalf("disk hit promoted to RAM: %v, want %v", promoted, want)
+			}
+			if promoted {
+				checkExact(t, k2, b, 5000)
+			}
+		})
 	}
 }
 
