@@ -254,7 +254,8 @@ func TestDiskFloor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, _, err := c.Acquire(ctx, obj("a", a)); done <- err }() // 3,000 being written
-	waitFor(t, func() bool { return c.stats.Inflight.Load() == 1 })
+	// The copy counts in Inflight before it opens its source: wait for both.
+	waitFor(t, func() bool { return c.stats.Inflight.Load() == 1 && m.opens.Load() == 1 })
 	if _, _, err := c.Acquire(context.Background(), obj("b", b)); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("a copy past the floor beside one being written: %v, want ErrNoRoom", err)
 	}
