@@ -3,8 +3,8 @@ package cache
 import "time"
 
 // Tiered looks a block up in RAM, then on disk, and promotes disk hits to
-// a RAM tier on the heap (see Get). Either tier may be nil. It does not own the tiers: the caller closes
-// them, after Drain.
+// a RAM tier on the heap (see Get). Either tier may be nil. It does not own
+// the tiers: the caller closes them, after Drain.
 //
 // Over a RAM tier, the disk tier takes the blocks RAM gives up (a victim
 // cache), not every block: a dataset that fits in RAM costs no disk write
@@ -106,8 +106,8 @@ func nilTier(t Tier) Tier {
 // hit is promoted to a RAM tier on the heap, which keeps the slice at no
 // cost, but not to one in a memory file: that would be a copy of every
 // block the reader reads from disk, which the kernel's page cache then
-// holds too, and a block evicted from RAM for it (bench/RESULTS.md,
-// session 53: the epoch after `warm` 1.3 times faster without).
+// holds too, and a block evicted from RAM for it (measured in
+// bench/RESULTS.md, session 53).
 func (t *Tiered) Get(k Key) ([]byte, bool) {
 	b, inRAM, ok := t.Peek(k)
 	if c, copies := t.ram.(interface{ PutCopies() bool }); copies && c.PutCopies() {

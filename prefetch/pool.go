@@ -20,8 +20,8 @@ import (
 //
 // Buffers come in size classes, a quarter of a power of two apart; a get
 // takes the smallest free buffer that holds its body, of whatever class:
-// a larger buffer lent for a while costs less than memory made anew. The bytes
-// of the buffers the pool made (lent and free) stay within max: a get
+// a larger buffer lent for a while costs less than memory made anew. The
+// bytes of the buffers the pool made (lent and free) stay within max: a get
 // with no room drops free buffers of other classes first, and with none
 // left to drop the block gets a buffer of its own, not lent.
 type bufPool struct {
@@ -34,8 +34,6 @@ type bufPool struct {
 	mu   sync.Mutex
 	free [][][]byte // guarded by mu: free buffers by class
 	size int64      // guarded by mu: bytes of the buffers counted (lent and free)
-	// guarded by mu: bytes of the free buffers
-	freeBytes int64
 }
 
 // minPooled: bodies smaller than a page take a buffer of their own (the
@@ -76,8 +74,8 @@ func (p *bufPool) get(n int64) ([]byte, bool) {
 	for i := c; i < len(p.free); i++ {
 		if k := len(p.free[i]); k > 0 {
 			b := p.free[i][k-1]
+			p.free[i][k-1] = nil
 			p.free[i] = p.free[i][:k-1]
-			p.freeBytes -= int64(cap(b))
 			p.mu.Unlock()
 			p.stats.PoolReused.Add(1)
 			return b[:n], true
@@ -91,7 +89,6 @@ func (p *bufPool) get(n int64) ([]byte, bool) {
 			p.free[i][k] = nil
 			p.free[i] = p.free[i][:k]
 			p.size -= int64(cap(b))
-			p.freeBytes -= int64(cap(b))
 		}
 	}
 	if p.size+size > p.max {
@@ -118,6 +115,5 @@ func (p *bufPool) put(b []byte) {
 	c := poolClass(int64(cap(b)))
 	p.mu.Lock()
 	p.free[c] = append(p.free[c], b)
-	p.freeBytes += int64(cap(b))
 	p.mu.Unlock()
 }
