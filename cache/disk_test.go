@@ -1549,15 +1549,7 @@ func TestScanSegmentTorn(t *testing.T) {
 func TestTieredTouchesDisk(t *testing.T) {
 	for _, heap := range []bool{false, true} {
 		t.Run(fmt.Sprintf("heap=%v", heap), func(t *testing.T) {
-			newRAM := NewRAM
-			if heap {
-				newRAM = NewHeapRAM
-			}
-			r, err := newRAM(64<<20, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(r.Close)
+			r := newRAMOf(t, heap, 64<<20, nil)
 			d := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1})
 			tt := NewTiered(r, d)
 			k := testKey("hot", 0)

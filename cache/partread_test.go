@@ -369,15 +369,7 @@ func TestTieredReadPart(t *testing.T) {
 	for _, heap := range []bool{false, true} {
 		t.Run(fmt.Sprintf("heap=%v", heap), func(t *testing.T) {
 			stats := new(Stats)
-			newRAM := NewRAM
-			if heap {
-				newRAM = NewHeapRAM
-			}
-			ram, err := newRAM(64<<20, stats)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(ram.Close)
+			ram := newRAMOf(t, heap, 64<<20, stats)
 			disk := openDisk(t, DiskOptions{Dir: t.TempDir(), MaxBytes: 64 << 20, MinFreeFraction: -1, Stats: stats})
 			tt := NewTiered(ram, disk)
 			const n = 1 << 20

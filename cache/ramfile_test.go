@@ -24,6 +24,23 @@ func newFileRAM(t *testing.T, bound int64, stats *Stats) *RAM {
 	return r
 }
 
+// newRAMOf returns a RAM tier on the heap (NewHeapRAM) or as NewRAM makes
+// it (in a memory file where the system has one), closed at the end of
+// the test.
+func newRAMOf(t *testing.T, heap bool, bound int64, stats *Stats) *RAM {
+	t.Helper()
+	newRAM := NewRAM
+	if heap {
+		newRAM = NewHeapRAM
+	}
+	r, err := newRAM(bound, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
 // TestRAMFileGivesPagesBack: the memory file holds what the tier holds,
 // not what went through it: blocks evicted, replaced or forgotten give
 // their pages back, and Put copies (the caller may reuse its buffer).
