@@ -32,25 +32,31 @@ func memoryLimitFor(ram, held, live int64) int64 {
 
 // limitMemory keeps the runtime's soft memory limit at memoryLimitFor as
 // the live heap changes, until ctx ends, and then puts back the limit it
-// found. It leaves a limit set with GOMEMLIMIT (the Kubernetes manifests
-// set one from the container's limit) alone. blocks returns the bytes of
-// the mount's blocks on the heap, and off it: a RAM cache in a memory file
-// holds the process's memory outside the heap, which leaves the heap that
-// much less of ram.
+// found. blocks returns the bytes of the mount's blocks on the heap, and
+// off it: a RAM cache in a memory file holds the process's memory outside
+// the heap, which leaves the heap that much less of ram. A limit set with
+// GOMEMLIMIT (the Kubernetes manifests set one from the container's limit)
+// is kept, less the memory file: the container's limit counts the file
+// too, and a heap allowed up to GOMEMLIMIT beside a full RAM cache would
+// go past it.
 func limitMemory(ctx context.Context, ram int64, blocks func() (onHeap, offHeap int64), logger *slog.Logger) {
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return
-	}
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	found := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(found)
+	fromEnv := os.Getenv("GOMEMLIMIT") != ""
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	set := func() int64 {
-		metrics.Read(sample)
-		var live int64
-		if sample[0].Value.Kind() == metrics.KindUint64 {
-			live = int64(sample[0].Value.Uint64())
-		}
 		onHeap, offHeap := blocks()
-		limit := memoryLimitFor(max(0, ram-offHeap), onHeap, live)
+		var limit int64
+		if fromEnv {
+			limit = max(found-offHeap, memHeadroom)
+		} else {
+			metrics.Read(sample)
+			var live int64
+			if sample[0].Value.Kind() == metrics.KindUint64 {
+				live = int64(sample[0].Value.Uint64())
+			}
+			limit = memoryLimitFor(max(0, ram-offHeap), onHeap, live)
+		}
 		debug.SetMemoryLimit(limit)
 		return limit
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,35 +49,44 @@ func TestMemoryLimitFor(t *testing.T) {
 }
 
 // TestLimitMemory: a mount sets the runtime's memory limit from its RAM
-// cache, unless GOMEMLIMIT says otherwise.
+// cache, unless GOMEMLIMIT says otherwise; either way the RAM cache's
+// memory file (off the heap) comes out of it.
 func TestLimitMemory(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	const ram = 64 << 20
-	var held atomic.Int64
-	for _, env := range []string{"", "3GiB"} {
-		t.Run("GOMEMLIMIT="+env, func(t *testing.T) {
-			t.Setenv("GOMEMLIMIT", env)
-			debug.SetMemoryLimit(prev)
+	const ram, file = 64 << 20, 48 << 20
+	for _, tc := range []struct {
+		env     string
+		offHeap int64
+	}{{"", 0}, {"", file}, {"3GiB", 0}, {"3GiB", file}} {
+		t.Run(fmt.Sprintf("GOMEMLIMIT=%s,file=%d", tc.env, tc.offHeap), func(t *testing.T) {
+			t.Setenv("GOMEMLIMIT", tc.env)
+			const envLimit = 3 << 30
+			start := prev
+			if tc.env != "" {
+				start = envLimit // as the runtime set it from the variable at start
+			}
+			debug.SetMemoryLimit(start)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			blocks := func() (int64, int64) { return held.Load(), 0 }
+			blocks := func() (int64, int64) { return 0, tc.offHeap }
 			go func() { limitMemory(ctx, ram, blocks, slog.New(slog.DiscardHandler)); close(done) }()
+			want := ram - tc.offHeap + memHeadroom
+			if tc.env != "" {
+				want = envLimit - tc.offHeap
+			}
 			deadline := time.Now().Add(2 * time.Second)
-			for debug.SetMemoryLimit(-1) == prev && env == "" && time.Now().Before(deadline) {
+			for debug.SetMemoryLimit(-1) != want && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			got := debug.SetMemoryLimit(-1)
 			cancel()
 			<-done
-			if after := debug.SetMemoryLimit(-1); after != prev {
-				t.Errorf("limit %d after the mount ended, want the earlier %d back", after, prev)
+			if after := debug.SetMemoryLimit(-1); after != start {
+				t.Errorf("limit %d after the mount ended, want the earlier %d back", after, start)
 			}
-			switch {
-			case env != "" && got != prev:
-				t.Errorf("limit %d with GOMEMLIMIT set, want it left at %d", got, prev)
-			case env == "" && (got < ram+memHeadroom || got == prev):
-				t.Errorf("limit %d, want at least %d", got, ram+memHeadroom)
+			if got != want {
+				t.Errorf("limit %d, want %d", got, want)
 			}
 		})
 	}
