@@ -222,16 +222,16 @@ func (r *RAM) load(e *ramEntry) ([]byte, bool) {
 		return e.data, true
 	}
 	b := make([]byte, e.n)
-	return b, r.loadInto(e, b)
+	return b, r.copyOut(e, 0, b)
 }
 
-// loadInto copies e's bytes into p (len(p) == e.n) from the file; false if
-// e left the tier meanwhile.
-func (r *RAM) loadInto(e *ramEntry, p []byte) bool {
+// copyOut copies into p the bytes at off of e's block, holding its pages
+// while it reads; false if e left the tier meanwhile or the read failed.
+func (r *RAM) copyOut(e *ramEntry, off int64, p []byte) bool {
 	if !e.pin() {
 		return false
 	}
-	err := r.file.read(e.off, p)
+	err := r.file.read(e.off+off, p)
 	if e.unpin() {
 		r.punch(e)
 	}
@@ -299,14 +299,7 @@ func (r *RAM) ReadPart(k Key, n int64, p []byte, off int64) bool {
 		return false
 	}
 	e := r.lookup(k)
-	if e == nil || e.n < n || !e.pin() {
-		return false
-	}
-	err := r.file.read(e.off+off, p)
-	if e.unpin() {
-		r.punch(e)
-	}
-	if err != nil {
+	if e == nil || e.n < n || !r.copyOut(e, off, p) {
 		return false
 	}
 	r.stats.RAMHits.Add(1)

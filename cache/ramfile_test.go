@@ -84,8 +84,9 @@ func TestRAMFileGivesPagesBack(t *testing.T) {
 
 // TestRAMFileCopiesOutWhileEvicting: Gets racing evictions (and the hand
 // over of given-up blocks to a victim) either miss or return the block's
-// own bytes, never the zeros of pages punched out under them or another
-// block's bytes.
+// own bytes, and the file ends holding what the gauge says. A punch under
+// a copy is seldom caught here: TestRAMFileKeepsPagesWhileCopying pins
+// that order down.
 func TestRAMFileCopiesOutWhileEvicting(t *testing.T) {
 	const block, blocks = 20_000, 400
 	for _, victim := range []bool{false, true} {

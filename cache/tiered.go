@@ -110,7 +110,7 @@ func nilTier(t Tier) Tier {
 // bench/RESULTS.md, session 53).
 func (t *Tiered) Get(k Key) ([]byte, bool) {
 	b, inRAM, ok := t.Peek(k)
-	if c, copies := t.ram.(interface{ PutCopies() bool }); copies && c.PutCopies() {
+	if t.ramCopies() {
 		return b, ok
 	}
 	if ok && !inRAM && t.ram != nil {
@@ -215,8 +215,13 @@ func (t *Tiered) Put(k Key, b []byte) {
 // reuse its buffer: when a RAM tier that copies (a memory file) takes
 // every Put, and the disk tier only what RAM gives up (or there is none).
 func (t *Tiered) PutCopies() bool {
+	return t.ramCopies() && (t.disk == nil || t.victimRAM != nil)
+}
+
+// ramCopies reports whether the RAM tier copies its Puts (a memory file).
+func (t *Tiered) ramCopies() bool {
 	c, ok := t.ram.(interface{ PutCopies() bool })
-	return ok && c.PutCopies() && (t.disk == nil || t.victimRAM != nil)
+	return ok && c.PutCopies()
 }
 
 // Forget drops k from the RAM tier without writing it to the disk tier:

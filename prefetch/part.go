@@ -73,13 +73,7 @@ const (
 func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []byte, off int64, fetch partFetch) (bool, error) {
 	k := l.key(obj, i)
 	bOff, n := l.blockRange(obj, i)
-	if int64(len(p)) == n {
-		return false, nil
-	}
-	l.mu.Lock()
-	busy := l.closed || l.ready[k] != nil || l.flights[k] != nil
-	l.mu.Unlock()
-	if busy {
+	if int64(len(p)) == n || l.held(k) {
 		return false, nil
 	}
 	if pr, ok := l.tier.(partReader); ok && pr.ReadPart(k, n, p, off) {
@@ -106,6 +100,14 @@ func (l *Loader) readPart(ctx context.Context, obj store.Object, i int64, p []by
 	return true, l.fetchPart(ctx, obj, i, bOff+off, p)
 }
 
+// held reports whether a flight holds block k ready or fetches it (or the
+// loader is closed): a read of it then goes through startRead.
+func (l *Loader) held(k cache.Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed || l.ready[k] != nil || l.flights[k] != nil
+}
+
 // ramPartReader is a tier that can read part of a block from RAM alone
 // (cache.Tiered over a RAM tier in a memory file).
 type ramPartReader interface {
@@ -123,10 +125,7 @@ func (l *Loader) readRAMPart(obj store.Object, i int64, p []byte, off int64) boo
 	}
 	k := l.key(obj, i)
 	_, n := l.blockRange(obj, i)
-	l.mu.Lock()
-	busy := l.closed || l.ready[k] != nil || l.flights[k] != nil
-	l.mu.Unlock()
-	if busy || !rp.ReadRAMPart(k, n, p, off) {
+	if l.held(k) || !rp.ReadRAMPart(k, n, p, off) {
 		return false
 	}
 	l.stats.CacheHits.Add(1)
